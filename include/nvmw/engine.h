@@ -1,0 +1,92 @@
+// Engine: the key-value store behind the middleware. Two implementations:
+//   PmemEngine   - crash-consistent persistent concurrent hash map on libpmemobj,
+//                  in a pool file (the role pmemkv's `cmap` played in the thesis).
+//   MemoryEngine - sharded in-DRAM hash map with the same interface (tests, DRAM baseline).
+//
+// Thread safety: every method may be called from any number of threads at once.
+// Keys are arbitrary bytes (1 byte .. Options::max_key_bytes); values 0 bytes ..
+// Options::max_value_bytes.
+// Durability (PmemEngine): when Put or Remove returns OK, its transaction has
+// committed and the change survives a crash (SIGKILL, power loss on real pmem).
+#ifndef NVMW_ENGINE_H_
+#define NVMW_ENGINE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "nvmw/status.h"
+
+namespace nvmw {
+
+// Receives a value in place. The view is valid only during the call; the
+// callback must not call back into the engine.
+using ValueFn = std::function<void(std::string_view value)>;
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  // If `key` exists, calls fn(value) once while the value is pinned and returns OK;
+  // otherwise returns NotFound and does not call fn. Zero-copy form.
+  virtual Status Get(std::string_view key, const ValueFn& fn) = 0;
+
+  // Copying form: on OK stores the value in *value; on NotFound leaves it unchanged.
+  Status Get(std::string_view key, std::string* value) {
+    return Get(key, [value](std::string_view v) { value->assign(v.data(), v.size()); });
+  }
+
+  // Inserts or replaces. Atomic: a reader sees the old or the new value, never a mix.
+  // InvalidArgument for an empty/oversized key or oversized value; NoSpace when the
+  // pool is full (the old value, if any, is kept).
+  virtual Status Put(std::string_view key, std::string_view value) = 0;
+
+  // Removes `key`: OK if it existed, NotFound otherwise.
+  virtual Status Remove(std::string_view key) = 0;
+
+  // OK if `key` exists, NotFound otherwise.
+  virtual Status Exists(std::string_view key) = 0;
+
+  // Number of keys stored.
+  virtual uint64_t Count() = 0;
+
+  // "pmem" or "memory".
+  virtual const char* Name() const = 0;
+};
+
+struct PmemOptions {
+  // Size of the pool file when it is created (ignored when an existing pool is opened).
+  // On tmpfs/DAX the file is sparse, so a large default costs nothing until used.
+  uint64_t pool_size_bytes = 1ull << 30;
+  // Create the pool when the file does not exist. With false, a missing file is NotFound.
+  bool create_if_missing = true;
+  // Hash buckets, fixed when the pool is created. Chains grow past this many keys;
+  // raise it for stores of many millions of keys.
+  uint64_t bucket_count = 1ull << 18;
+  // Largest key accepted.
+  uint32_t max_key_bytes = 64 * 1024;
+  // Largest value accepted (InvalidArgument above it). libpmemobj's own limit is ~16 GB.
+  uint64_t max_value_bytes = 1ull << 30;
+};
+
+// Opens (or creates) the pool at `path`. Errors: IOError for a missing directory
+// or unreadable file, Corruption for a damaged pool or a file that is not an nvmw
+// pool, NotFound when the file is missing and create_if_missing is false.
+// On success *engine owns the open pool; destroying it closes the pool.
+Status OpenPmemEngine(const std::string& path, const PmemOptions& options,
+                      std::unique_ptr<Engine>* engine);
+
+struct MemoryOptions {
+  // Lock stripes; more stripes, less contention between writers.
+  uint32_t shards = 64;
+  uint32_t max_key_bytes = 64 * 1024;
+  uint64_t max_value_bytes = 1ull << 30;
+};
+
+std::unique_ptr<Engine> NewMemoryEngine(const MemoryOptions& options = MemoryOptions());
+
+}  // namespace nvmw
+
+#endif  // NVMW_ENGINE_H_

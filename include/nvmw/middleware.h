@@ -1,0 +1,124 @@
+// Middleware: the workload-aware concurrency-control layer (thesis Table 3.1).
+//
+// Requests are classed (interactive | batch) and queued in one bounded FIFO per
+// class; each queue is served by its own pool of worker threads, resizable while
+// requests flow (PerformAction / SetThreads). A monitor thread closes a statistics
+// window every `window_s` seconds (GetStats / GetState / WaitForWindow).
+//
+// No-control mode (options.control = false) is the thesis baseline: the caller's
+// own thread runs the engine operation, at most `no_control_max_inflight` at once,
+// with the same monitoring. Async Submit then runs the operation inline.
+//
+// Thread safety: all methods may be called from any thread, except that Start and
+// Stop must not race each other. Ownership: the Engine is not owned; it must
+// outlive Stop().
+#ifndef NVMW_MIDDLEWARE_H_
+#define NVMW_MIDDLEWARE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "nvmw/engine.h"
+#include "nvmw/stats.h"
+#include "nvmw/status.h"
+
+namespace nvmw {
+
+enum class OpType : uint8_t { kGet = 0, kPut = 1, kRemove = 2 };
+
+struct MiddlewareOptions {
+  // Upper bound of each pool (thesis Table 3.2 caps threads at 32). Pools stay in [1, max_threads].
+  int max_threads = 32;
+  // Monitor window length in seconds (thesis: 1 s). Shorter windows for tests/training.
+  double window_s = 1.0;
+  // false: no-control baseline (callers run operations themselves, bounded below).
+  bool control = true;
+  // No-control mode: how many operations may run at once (thesis baseline: 200).
+  int no_control_max_inflight = 200;
+  // Size rule for RequestClass::kAuto: a Put whose value has at least this many bytes
+  // is batch; smaller puts, and all gets/removes, are interactive.
+  uint64_t batch_threshold_bytes = 64 * 1024;
+  // Per-class queue capacity. A full queue answers Overloaded rather than growing.
+  size_t queue_capacity = 1 << 16;
+  // Largest value accepted by Put (InvalidArgument above it).
+  uint64_t max_value_bytes = 512ull << 20;
+  // Spin this long (ns) before parking when a waiter or idle worker has a free core.
+  // 0 disables spinning (e.g. heavily oversubscribed machines).
+  int64_t spin_ns = 20000;
+};
+
+// An asynchronous request. The middleware takes ownership of key and value.
+struct Request {
+  OpType op = OpType::kGet;
+  std::string key;
+  std::string value;  // Put only
+  RequestClass cls = RequestClass::kAuto;
+};
+
+// Called exactly once per accepted request, on a worker thread (or inline in
+// no-control mode). `value` holds the value for a successful Get and is empty
+// otherwise. Must not block for long: it runs on the worker.
+using Completion = std::function<void(const Status& status, std::string&& value)>;
+
+class Middleware {
+ public:
+  explicit Middleware(const MiddlewareOptions& options = MiddlewareOptions());
+  ~Middleware();  // calls Stop()
+  Middleware(const Middleware&) = delete;
+  Middleware& operator=(const Middleware&) = delete;
+
+  // Starts the pools with the given sizes (clamped to [1, max_threads]) and the
+  // monitor. InvalidArgument for bad options; in no-control mode the sizes are ignored.
+  Status Start(Engine* db, int interactive_threads, int batch_threads);
+
+  // Stops accepting, finishes every accepted request (their completions run), then
+  // joins workers and the monitor. Idempotent.
+  Status Stop();
+
+  // Synchronous calls: submit, wait for completion (futex wait, no mutex/condvar),
+  // return the engine's status. Get fills *value on OK.
+  Status Get(std::string_view key, std::string* value, RequestClass cls = RequestClass::kAuto);
+  Status Put(std::string_view key, std::string_view value, RequestClass cls = RequestClass::kAuto);
+  Status Remove(std::string_view key, RequestClass cls = RequestClass::kAuto);
+
+  // Asynchronous: OK when accepted (done will run exactly once), Overloaded when the
+  // class queue is full, Shutdown when not running, InvalidArgument for a bad request
+  // (done is not called on a non-OK return).
+  Status Submit(Request request, Completion done);
+
+  // Last closed window (seq 0 and zeros before the first window closes).
+  WindowStats GetStats() const;
+  // Thesis Table 3.2 state, taken from the last closed window plus current threads.
+  State GetState() const;
+  // Blocks until a window with seq > after_seq has closed (or timeout), stores it.
+  // Returns Shutdown if stopped, IOError("timeout") on timeout.
+  Status WaitForWindow(uint64_t after_seq, double timeout_s, WindowStats* out);
+
+  // Thesis Table 3.3 action 0..8 (InvalidArgument otherwise). Thread counts are
+  // clamped to [1, max_threads]; a clamped action is not an error.
+  Status PerformAction(int action);
+  // Sets both pool sizes (InvalidArgument outside [1, max_threads]). Growing starts
+  // workers; shrinking retires workers after their current request.
+  Status SetThreads(int interactive, int batch);
+  // Current target pool sizes.
+  void GetThreads(int* interactive, int* batch) const;
+
+  // Requests currently queued (not started) in a class.
+  size_t QueueLength(RequestClass cls) const;
+  // Class a request would get (resolves kAuto by the size rule).
+  RequestClass Classify(OpType op, size_t value_bytes, RequestClass hint) const;
+
+  const MiddlewareOptions& options() const;
+  bool running() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace nvmw
+
+#endif  // NVMW_MIDDLEWARE_H_

@@ -1,0 +1,5 @@
+import sys
+
+from nvmw.cli import main
+
+sys.exit(main())

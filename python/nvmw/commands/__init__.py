@@ -1,0 +1,1 @@
+"""Subcommands of the `nvmw` CLI: one module each, discovered by nvmw.cli."""

@@ -1,0 +1,26 @@
+// Declarations shared by the binding files of nvmw._core.
+#ifndef NVMW_PYTHON_BIND_H_
+#define NVMW_PYTHON_BIND_H_
+
+#include <nanobind/nanobind.h>
+
+#include "nvmw/status.h"
+
+namespace nvmw::py {
+
+namespace nb = nanobind;
+
+// Raises the Python exception that matches status (nvmw.errors) unless it is OK.
+// NotFound raises nvmw.errors.NotFoundError; callers that map it to None check first.
+void ThrowIfError(const Status& status);
+
+void BindCore(nb::module_& m);         // bind_core.cc: Status errors, engines, middleware
+void BindEngineBench(nb::module_& m);  // bind_engine_bench.cc: `nvmw bench engine`
+void BindOverheadBench(nb::module_& m);// bind_overhead.cc: `nvmw bench overhead`
+void BindDevice(nb::module_& m);       // bind_device.cc: device model, emulated device
+void BindTrace(nb::module_& m);        // bind_trace.cc: trace readers, synth, replay
+void BindYcsb(nb::module_& m);         // bind_ycsb.cc: YCSB-style generator
+
+}  // namespace nvmw::py
+
+#endif  // NVMW_PYTHON_BIND_H_

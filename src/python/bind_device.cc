@@ -1,0 +1,8 @@
+// Bindings for this area (filled in by its owner).
+#include "python/bind.h"
+
+namespace nvmw::py {
+
+void BindDevice(nb::module_& m) {}
+
+}  // namespace nvmw::py
