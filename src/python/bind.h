@@ -4,6 +4,10 @@
 
 #include <nanobind/nanobind.h>
 
+#include <memory>
+
+#include "nvmw/engine.h"
+#include "nvmw/middleware.h"
 #include "nvmw/status.h"
 
 namespace nvmw::py {
@@ -13,6 +17,20 @@ namespace nb = nanobind;
 // Raises the Python exception that matches status (nvmw.errors) unless it is OK.
 // NotFound raises nvmw.errors.NotFoundError; callers that map it to None check first.
 void ThrowIfError(const Status& status);
+
+// Python-visible engine (`_core.Engine`): owns an Engine and keeps alive the engine
+// it wraps, if any (an emulated device wraps a pmem or memory engine).
+struct PyEngine {
+  std::unique_ptr<Engine> engine;
+  std::shared_ptr<PyEngine> base;
+};
+
+// Python-visible middleware (`_core.Middleware`): owns the Middleware and keeps its
+// engine alive until the middleware has stopped. Workload generators take `mw.get()`.
+struct PyMiddleware {
+  std::shared_ptr<PyEngine> engine;
+  std::unique_ptr<Middleware> mw;
+};
 
 void BindCore(nb::module_& m);         // bind_core.cc: Status errors, engines, middleware
 void BindEngineBench(nb::module_& m);  // bind_engine_bench.cc: `nvmw bench engine`
