@@ -27,7 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
     args = parser.parse_args(argv)
+    args.argv = list(argv)  # commands that re-exec themselves need the original words
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -1,0 +1,73 @@
+"""`nvmw bench overhead|engine`: microbenchmarks of the core, printed as JSON.
+
+Every figure that makes a claim is a ratio measured side by side in the same run
+(the machine is shared and noisy): middleware vs raw thread hand-off vs direct engine.
+"""
+from __future__ import annotations
+
+import argparse
+
+from nvmw._util import cores, ensure_pmem_force, print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="microbenchmarks (JSON output)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    bsub = p.add_subparsers(dest="bench", metavar="BENCH")
+    bsub.required = True
+
+    o = bsub.add_parser("overhead", help="middleware round trip vs raw hand-off; async throughput",
+                        description="Sync round-trip latency through the middleware (memory engine, "
+                        "1 interactive worker) against a raw two-thread wake-up round trip and the "
+                        "direct engine call, plus async ops/s, all measured in one run.")
+    o.add_argument("--ops", type=int, default=200_000, help="sync round trips measured (default %(default)s)")
+    o.add_argument("--async-ops", type=int, default=2_000_000, help="async requests submitted (default %(default)s)")
+    o.add_argument("--json", action="store_true", help="print one JSON object (default: also JSON)")
+    o.set_defaults(func=run_overhead)
+
+    e = bsub.add_parser("engine", help="engine alone: 128 B and 800 KB put/get, 2 threads",
+                        description="Engine throughput alone, pool on /dev/shm with "
+                        "PMEM_IS_PMEM_FORCE=1 (set automatically): 100,000 keys of 128 B and 256 "
+                        "keys of 800 KB, 2 threads.")
+    e.add_argument("--engine", choices=["pmem", "memory"], default="pmem")
+    e.add_argument("--pool-dir", default="/dev/shm", help="directory of the temporary pool (default %(default)s)")
+    e.add_argument("--threads", type=int, default=2)
+    e.add_argument("--small-keys", type=int, default=100_000)
+    e.add_argument("--large-keys", type=int, default=256)
+    e.add_argument("--runs", type=int, default=1, help="repeat and report every run plus the median")
+    e.add_argument("--json", action="store_true", help="print one JSON object (default: also JSON)")
+    e.set_defaults(func=run_engine)
+
+
+def _median_of_runs(runs: list) -> dict:
+    import statistics
+
+    keys = runs[0].keys()
+    return {k: statistics.median(r[k] for r in runs) for k in keys
+            if all(isinstance(r[k], (int, float)) for r in runs)}
+
+
+def run_overhead(args: argparse.Namespace) -> int:
+    from nvmw import _core
+
+    result = dict(_core.run_overhead_bench(ops=args.ops, async_ops=args.async_ops))
+    result.setdefault("cores", cores())
+    print_json(result)
+    return 0
+
+
+def run_engine(args: argparse.Namespace) -> int:
+    if args.engine == "pmem":
+        ensure_pmem_force(args.argv)
+    from nvmw import _core
+
+    runs = []
+    for _ in range(max(1, args.runs)):
+        runs.append(dict(_core.run_engine_bench(
+            engine=args.engine, pool_dir=args.pool_dir, threads=args.threads,
+            small_keys=args.small_keys, large_keys=args.large_keys)))
+    result = dict(runs[0]) if len(runs) == 1 else {"median": _median_of_runs(runs), "runs": runs}
+    result["engine"] = args.engine
+    result["cores"] = cores()
+    print_json(result)
+    return 0
