@@ -1,0 +1,333 @@
+"""Q-learning agent with one polynomial-regression Q model per action (thesis Algorithm 2).
+
+Each action a has a Q model M_a = StandardScaler -> PolynomialFeatures -> SGDRegressor,
+bootstrapped offline on collected transitions (`pretrain`) and then refined online with
+`partial_fit` (`update`). Exploration is epsilon-greedy, epsilon decaying once per episode.
+Choices where the thesis is ambiguous are parameters; docs/rl.md explains the defaults."""
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any, Callable, Mapping, Sequence
+
+import joblib
+import numpy as np
+from sklearn.linear_model import SGDRegressor
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import PolynomialFeatures, StandardScaler
+
+N_ACTIONS = 9
+N_FEATURES = 8
+
+# Table D.2's common choice: degree 2, invscaling, squared loss, elasticnet, alpha 0.01.
+DEFAULT_MODEL_PARAMS: dict[str, Any] = {
+    "degree": 2,
+    "loss": "squared_error",
+    "penalty": "elasticnet",
+    "alpha": 0.01,
+    "learning_rate": "invscaling",
+    "max_iter": 1000,
+    "eta0": 0.01,
+}
+
+_SGD_KEYS = {"loss", "penalty", "alpha", "l1_ratio", "learning_rate", "max_iter", "eta0",
+             "power_t", "epsilon", "tol", "fit_intercept"}
+
+
+def make_pipeline(params: Mapping[str, Any] | None = None, random_state: int | None = None) -> Pipeline:
+    """One Q model: StandardScaler -> PolynomialFeatures(degree) -> SGDRegressor(**rest).
+
+    `params` uses the flat Table D.1 names (degree, loss, penalty, alpha, learning_rate,
+    max_iter, plus any other SGDRegressor argument such as eta0)."""
+    p = dict(DEFAULT_MODEL_PARAMS)
+    p.update(params or {})
+    degree = int(p.pop("degree"))
+    if p.get("loss") == "squared_loss":  # the thesis's (old scikit-learn) spelling
+        p["loss"] = "squared_error"
+    unknown = set(p) - _SGD_KEYS
+    if unknown:
+        raise ValueError(f"unknown Q-model parameters: {sorted(unknown)}")
+    return Pipeline([
+        ("scaler", StandardScaler()),
+        ("poly", PolynomialFeatures(degree=degree, include_bias=False)),
+        ("sgd", SGDRegressor(random_state=random_state, **p)),
+    ])
+
+
+def transform_features(X: np.ndarray, how: str) -> np.ndarray:
+    """Pre-scaler feature transform. 'log1p' tames the heavy-tailed queue lengths and block
+    sizes (30 B .. 800 KB) so one outlier window cannot blow up the polynomial features."""
+    X = np.asarray(X, dtype=np.float64)
+    if how == "log1p":
+        return np.log1p(np.maximum(X, 0.0))
+    if how == "none":
+        return X
+    raise ValueError(f"feature_transform must be 'log1p' or 'none', got {how!r}")
+
+
+class QLearningAgent:
+    """Thesis Algorithm 2 with per-action SGD polynomial regressors.
+
+    Parameters
+    ----------
+    gamma : discount factor (Table D.3: 0.95).
+    learning_rate : Table D.3's 0.7. With ``learning_rate_mode='q_step'`` (default) it is the
+        Q-learning step alpha: target = Q(s,a) + alpha * (r + gamma max Q(s',.) - Q(s,a)).
+        With ``'sgd_eta0'`` the target is Algorithm 2 line 23 verbatim (r + gamma max Q) and
+        0.7 becomes the SGD initial step ``eta0`` of every model.
+    epsilon : initial exploration rate (Table D.3: 0.9; the text says 1).
+    epsilon_decay : per-episode decay (Table D.3: 0.1). ``epsilon_decay_mode='multiplicative'``
+        (default): epsilon <- epsilon * (1 - decay); ``'linear'``: epsilon <- epsilon - decay.
+    epsilon_min : floor for epsilon.
+    model_params : dict of Table D.1 parameters shared by all actions, or a list of nine
+        dicts (one per action, e.g. from ``nvmw tune``).
+    scaler_mode : 'fixed' (default): the scalers are fitted on the pretraining data and then
+        frozen, so online updates do not move the feature basis under the learned weights;
+        'partial_fit': scalers keep adapting with every update.
+    feature_transform : 'log1p' (default) or 'none', applied before the scaler.
+    reward_scale : rewards are divided by this before learning (ranking of actions is
+        unchanged; keeps SGD targets in a sane range for huber/epsilon losses).
+    bootstrap_on_truncation : a time-limit truncation is not a terminal state, so the target
+        keeps the gamma max Q term (Algorithm 2 treats 'done' as terminal; set False for that).
+    random_state : seed for exploration and the SGD models.
+    """
+
+    def __init__(self, n_actions: int = N_ACTIONS, gamma: float = 0.95, learning_rate: float = 0.7,
+                 learning_rate_mode: str = "q_step", epsilon: float = 0.9, epsilon_decay: float = 0.1,
+                 epsilon_decay_mode: str = "multiplicative", epsilon_min: float = 0.0,
+                 model_params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+                 scaler_mode: str = "fixed", feature_transform: str = "log1p",
+                 reward_scale: float = 1.0, bootstrap_on_truncation: bool = True,
+                 random_state: int | None = None):
+        self.n_actions = n_actions
+        self.gamma = gamma
+        self.learning_rate = learning_rate
+        self.learning_rate_mode = learning_rate_mode
+        self.epsilon = epsilon
+        self.epsilon_decay = epsilon_decay
+        self.epsilon_decay_mode = epsilon_decay_mode
+        self.epsilon_min = epsilon_min
+        self.model_params = model_params
+        self.scaler_mode = scaler_mode
+        self.feature_transform = feature_transform
+        self.reward_scale = reward_scale
+        self.bootstrap_on_truncation = bootstrap_on_truncation
+        self.random_state = random_state
+
+    # --- setup ----------------------------------------------------------------------
+    def _check_params(self) -> None:
+        if self.learning_rate_mode not in ("q_step", "sgd_eta0"):
+            raise ValueError("learning_rate_mode must be 'q_step' or 'sgd_eta0'")
+        if self.epsilon_decay_mode not in ("multiplicative", "linear"):
+            raise ValueError("epsilon_decay_mode must be 'multiplicative' or 'linear'")
+        if self.scaler_mode not in ("fixed", "partial_fit"):
+            raise ValueError("scaler_mode must be 'fixed' or 'partial_fit'")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError("gamma must be in [0, 1]")
+        if not 0.0 < self.learning_rate <= 1.0 and self.learning_rate_mode == "q_step":
+            raise ValueError("learning_rate (Q step) must be in (0, 1]")
+        if not 0.0 <= self.epsilon <= 1.0:
+            raise ValueError("epsilon must be in [0, 1]")
+        if self.reward_scale <= 0:
+            raise ValueError("reward_scale must be positive")
+        if self.n_actions < 1:
+            raise ValueError("n_actions must be >= 1")
+
+    def _action_params(self, a: int) -> dict[str, Any]:
+        mp = self.model_params
+        if mp is None:
+            p: dict[str, Any] = {}
+        elif isinstance(mp, Mapping):
+            p = dict(mp)
+        else:
+            if len(mp) != self.n_actions:
+                raise ValueError(f"model_params needs {self.n_actions} dicts, got {len(mp)}")
+            p = dict(mp[a])
+        if self.learning_rate_mode == "sgd_eta0":
+            p["eta0"] = self.learning_rate
+        return p
+
+    def _setup(self) -> None:
+        self._check_params()
+        self.rng_ = np.random.default_rng(self.random_state)
+        seeds = self.rng_.integers(0, 2**31 - 1, size=self.n_actions)
+        self.models_ = [make_pipeline(self._action_params(a), int(seeds[a])) for a in range(self.n_actions)]
+        self.epsilon_ = float(self.epsilon)
+        self.n_episodes_ = 0
+        self.n_updates_ = 0
+
+    def pretrain(self, states: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
+                 next_states: np.ndarray | None = None, dones: np.ndarray | None = None,
+                 fqi_iterations: int = 0) -> "QLearningAgent":
+        """Bootstrap the nine Q models from offline transitions (random-agent data).
+
+        Every scaler is fitted on all states; each action's regressor on that action's
+        transitions with target = reward (the thesis's bootstrap). ``fqi_iterations`` > 0
+        then refits with fitted-Q targets r + gamma max Q(s') that many times (needs
+        next_states). An action with no samples is fitted on all transitions."""
+        X = np.asarray(states, dtype=np.float64)
+        A = np.asarray(actions, dtype=np.int64).ravel()
+        R = np.asarray(rewards, dtype=np.float64).ravel() / self.reward_scale
+        if X.ndim != 2 or X.shape[0] == 0:
+            raise ValueError(f"states must be a non-empty 2-D array, got shape {X.shape}")
+        if not (len(A) == len(R) == len(X)):
+            raise ValueError("states, actions and rewards must have the same length")
+        if A.min() < 0 or A.max() >= self.n_actions:
+            raise ValueError(f"actions must be in [0, {self.n_actions})")
+        if not np.all(np.isfinite(X)) or not np.all(np.isfinite(R)):
+            raise ValueError("states and rewards must be finite")
+        self._setup()
+        self.n_features_in_ = X.shape[1]
+        F = transform_features(X, self.feature_transform)
+        for m in self.models_:
+            m.named_steps["scaler"].fit(F)
+            m.named_steps["poly"].fit(m.named_steps["scaler"].transform(F))
+        targets = R.copy()
+        rounds = 1 + max(0, int(fqi_iterations))
+        if fqi_iterations > 0:
+            if next_states is None:
+                raise ValueError("fqi_iterations > 0 needs next_states")
+            Xn = np.asarray(next_states, dtype=np.float64)
+            D = np.zeros(len(X), bool) if dones is None else np.asarray(dones, bool).ravel()
+        for it in range(rounds):
+            if it > 0:
+                qn = self._predict_all(Xn).max(axis=1)
+                targets = R + self.gamma * np.where(D, 0.0, qn)
+            for a, m in enumerate(self.models_):
+                mask = A == a
+                if not mask.any():
+                    mask = np.ones(len(A), bool)
+                Z = m.named_steps["poly"].transform(m.named_steps["scaler"].transform(F[mask]))
+                m.named_steps["sgd"].fit(Z, targets[mask])
+        return self
+
+    def initialize(self, states: np.ndarray) -> "QLearningAgent":
+        """Start without pretraining: fit the scalers on sample states, Q models at zero."""
+        X = np.asarray(states, dtype=np.float64)
+        return self.pretrain(X, np.arange(len(X)) % self.n_actions, np.zeros(len(X)))
+
+    # --- acting ---------------------------------------------------------------------
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "models_"):
+            raise RuntimeError("QLearningAgent is not fitted: call pretrain() or initialize() first")
+
+    def _predict_all(self, X: np.ndarray) -> np.ndarray:
+        F = transform_features(np.atleast_2d(X), self.feature_transform)
+        return np.column_stack([m.predict(F) for m in self.models_])
+
+    def q_values(self, obs: np.ndarray) -> np.ndarray:
+        """Predicted Q for every action in state obs (Algorithm 2 lines 12-14)."""
+        self._check_fitted()
+        return self._predict_all(np.asarray(obs, dtype=np.float64).reshape(1, -1))[0]
+
+    def greedy_action(self, obs: np.ndarray) -> int:
+        q = self.q_values(obs)
+        return int(np.argmax(q))
+
+    def act(self, obs: np.ndarray, explore: bool = True) -> int:
+        """Epsilon-greedy action (lines 6-16); explore=False is purely greedy."""
+        self._check_fitted()
+        if explore and self.rng_.random() < self.epsilon_:
+            return int(self.rng_.integers(self.n_actions))
+        return self.greedy_action(obs)
+
+    # --- learning -------------------------------------------------------------------
+    def update(self, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray,
+               terminated: bool, truncated: bool = False) -> float:
+        """One Q-learning update of M_action (lines 19-28). Returns the target used."""
+        self._check_fitted()
+        r = float(reward) / self.reward_scale
+        done = terminated or (truncated and not self.bootstrap_on_truncation)
+        target = r if done else r + self.gamma * float(np.max(self.q_values(next_obs)))
+        if self.learning_rate_mode == "q_step":
+            q_sa = float(self.q_values(obs)[action])
+            target = q_sa + self.learning_rate * (target - q_sa)
+        m = self.models_[int(action)]
+        F = transform_features(np.asarray(obs, dtype=np.float64).reshape(1, -1), self.feature_transform)
+        if self.scaler_mode == "partial_fit":
+            m.named_steps["scaler"].partial_fit(F)
+        Z = m.named_steps["poly"].transform(m.named_steps["scaler"].transform(F))
+        m.named_steps["sgd"].partial_fit(Z, [target])
+        self.n_updates_ += 1
+        return target
+
+    def end_episode(self) -> float:
+        """Decay epsilon (line 32); returns the new value."""
+        self._check_fitted()
+        if self.epsilon_decay_mode == "multiplicative":
+            e = self.epsilon_ * (1.0 - self.epsilon_decay)
+        else:
+            e = self.epsilon_ - self.epsilon_decay
+        self.epsilon_ = float(max(self.epsilon_min, e))
+        self.n_episodes_ += 1
+        return self.epsilon_
+
+    def learn(self, env, episodes: int, *, reset_options: Mapping[str, Any] | None = None,
+              seed: int | None = None, progress: bool = False,
+              callback: Callable[[int, int, dict], None] | None = None) -> list[dict]:
+        """Run Algorithm 2 for `episodes` episodes on a Gymnasium env; returns per-episode
+        summaries {episode, steps, reward_sum, reward_median, epsilon, p99_us_median,
+        throughput_median}. `callback(episode, step, info)` sees every step."""
+        self._check_fitted()
+        history = []
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+            bar = tqdm(total=episodes, desc="q-learning", unit="ep")
+        for ep in range(episodes):
+            ep_seed = None if seed is None else seed + ep
+            obs, info = env.reset(seed=ep_seed, options=dict(reset_options or {}) or None)
+            rewards, p99s, tps = [], [], []
+            step = 0
+            while True:
+                a = self.act(obs)
+                nobs, r, term, trunc, info = env.step(a)
+                self.update(obs, a, r, nobs, term, trunc)
+                rewards.append(float(r))
+                p99s.append(float(info.get("p99_us", np.nan)))
+                tps.append(float(info.get("throughput", np.nan)))
+                if callback is not None:
+                    callback(ep, step, info)
+                obs = nobs
+                step += 1
+                if term or trunc:
+                    break
+            eps_used = self.epsilon_
+            self.end_episode()
+            history.append({
+                "episode": self.n_episodes_, "steps": step, "reward_sum": float(np.sum(rewards)),
+                "reward_median": float(np.median(rewards)), "epsilon": eps_used,
+                "p99_us_median": float(np.nanmedian(p99s)) if p99s else float("nan"),
+                "throughput_median": float(np.nanmedian(tps)) if tps else float("nan"),
+            })
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(reward_med=f"{history[-1]['reward_median']:.3g}", eps=f"{self.epsilon_:.3f}")
+        if bar is not None:
+            bar.close()
+        return history
+
+    # --- persistence ----------------------------------------------------------------
+    def get_params(self) -> dict[str, Any]:
+        return {k: copy.deepcopy(getattr(self, k)) for k in (
+            "n_actions", "gamma", "learning_rate", "learning_rate_mode", "epsilon", "epsilon_decay",
+            "epsilon_decay_mode", "epsilon_min", "model_params", "scaler_mode", "feature_transform",
+            "reward_scale", "bootstrap_on_truncation", "random_state")}
+
+    def save(self, path: str | os.PathLike, metadata: Mapping[str, Any] | None = None) -> None:
+        """Write the whole agent (parameters, models, RNG state, metadata) to one joblib file."""
+        self._check_fitted()
+        self.metadata_ = dict(metadata or getattr(self, "metadata_", {}) or {})
+        joblib.dump({"format": "nvmw-qagent-1", "agent": self}, path, compress=3)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "QLearningAgent":
+        try:
+            blob = joblib.load(path)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"agent file not found: {path}") from None
+        except Exception as e:  # joblib raises assorted errors for foreign files
+            raise ValueError(f"{path}: not an nvmw agent file ({type(e).__name__}: {e})") from None
+        if not isinstance(blob, dict) or blob.get("format") != "nvmw-qagent-1" or not isinstance(blob.get("agent"), cls):
+            raise ValueError(f"{path}: not an nvmw agent file")
+        return blob["agent"]

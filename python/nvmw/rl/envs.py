@@ -1,0 +1,386 @@
+"""Gymnasium environments for the concurrency controller.
+
+`RealEnv` drives the real middleware under a phase workload, one monitor window per step.
+`SyntheticEnv` is a small analytic stand-in with the same spaces and info convention (for
+unit tests and demos where no middleware is wanted; it is NOT the calibrated simulator of
+DESIGN section 7). `SeqPhaseEnv` wraps either and switches phases in a seeded random order
+(the evaluation's long run).
+
+Info convention (every step): "stats" (the full window-stats dict, or None for synthetic
+envs without one), "p99_us" and "throughput" (the values the SLA judges), "offered_ops_per_s",
+"phase", "threads" [i, b], "window_s", "sla_latency_met", "sla_throughput_met", "control".
+Envs also offer `set_threads(i, b)` and `switch_phase(n)` (threads kept) so controllers that
+set thread targets directly, and the long run, can drive any of them."""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.envs.registration import EnvSpec
+
+from nvmw.rl.sla import SLASpec, load_spec, reward
+
+N_ACTIONS = 9
+# Thesis Table 3.3: (d_interactive, d_batch) per action.
+ACTION_DELTAS = ((0, 0), (1, 0), (-1, 0), (0, 1), (0, -1), (1, 1), (1, -1), (-1, 1), (-1, -1))
+STATE_NAMES = (
+    "interactive_threads", "batch_threads", "interactive_queue_size", "batch_queue_size",
+    "interactive_block_size", "batch_block_size", "interactive_write_ratio", "batch_write_ratio",
+)
+
+
+def apply_action(threads: tuple[int, int], action: int, max_threads: int = 32) -> tuple[int, int]:
+    """Thread counts after a Table 3.3 action, clamped to [1, max_threads]."""
+    di, db = ACTION_DELTAS[int(action)]
+    return (min(max_threads, max(1, threads[0] + di)), min(max_threads, max(1, threads[1] + db)))
+
+
+class ControlEnv(gym.Env):
+    """Shared logic: spaces, seeding, thread bookkeeping, reward, info, truncation.
+
+    Subclasses implement `_restart(phase, threads, workload_seed)`, `_set_threads(i, b)`,
+    `_switch_phase(phase)`, `_next_window() -> (stats_or_None, p99_us, throughput, obs8)`,
+    and `_offered_ops_per_s()`."""
+
+    metadata = {"render_modes": []}
+    phases: tuple[int, ...] = (1, 2, 3, 4)
+
+    def __init__(self, phase: int = 1, *, max_episode_steps: int = 200, sla: SLASpec | str | None = None,
+                 max_threads: int = 32, initial_threads: tuple[int, int] | None = None,
+                 control: bool = True, window_s: float = 1.0):
+        if phase not in self.phases:
+            raise ValueError(f"phase must be one of {self.phases}, got {phase!r}")
+        if max_episode_steps < 1:
+            raise ValueError("max_episode_steps must be >= 1")
+        if initial_threads is not None:
+            self._check_threads(initial_threads, max_threads)
+        self.phase = int(phase)
+        self.max_episode_steps = int(max_episode_steps)
+        self.sla = sla if isinstance(sla, SLASpec) else load_spec(sla)
+        self.max_threads = int(max_threads)
+        self.initial_threads = None if initial_threads is None else tuple(int(x) for x in initial_threads)
+        self.control = bool(control)
+        self.window_s = float(window_s)
+        # Finite bounds: threads <= max, queues/blocks far above any real value, ratios in [0, 1].
+        high = np.array([max_threads, max_threads, 1e9, 1e9, 2.0**32, 2.0**32, 1.0, 1.0], dtype=np.float32)
+        self.observation_space = spaces.Box(np.zeros(8, np.float32), high, dtype=np.float32)
+        self.action_space = spaces.Discrete(N_ACTIONS)
+        self._threads = (1, 1)
+        self._t = 0
+
+    @staticmethod
+    def _check_threads(threads, max_threads: int) -> None:
+        i, b = threads
+        if not (1 <= int(i) <= max_threads and 1 <= int(b) <= max_threads):
+            raise ValueError(f"threads must be in [1, {max_threads}], got {tuple(threads)}")
+
+    @property
+    def threads(self) -> tuple[int, int]:
+        return self._threads
+
+    def reset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None):
+        """Restart the phase workload and the thread configuration.
+
+        options: "phase" (1-4), "threads" ((i, b), "random", or "keep"). Without "threads"
+        the constructor's initial_threads are used, else a random pair from np_random. The
+        returned observation carries the new threads and zeros for the window features (no
+        window of the new episode has been observed yet), so a seeded reset is reproducible."""
+        super().reset(seed=seed)
+        opts = dict(options or {})
+        unknown = set(opts) - {"phase", "threads"}
+        if unknown:
+            raise ValueError(f"unknown reset options: {sorted(unknown)}")
+        phase = int(opts.get("phase", self.phase))
+        if phase not in self.phases:
+            raise ValueError(f"phase must be one of {self.phases}, got {phase!r}")
+        spec = opts.get("threads", self.initial_threads if self.initial_threads is not None else "random")
+        if spec == "keep":
+            threads = self._threads
+        elif spec == "random":
+            threads = tuple(int(x) for x in self.np_random.integers(1, self.max_threads + 1, size=2))
+        else:
+            self._check_threads(spec, self.max_threads)
+            threads = (int(spec[0]), int(spec[1]))
+        workload_seed = int(self.np_random.integers(0, 2**31 - 1))
+        self.phase = phase
+        self._threads = threads
+        self._t = 0
+        self._restart(phase, threads, workload_seed)
+        obs = np.zeros(8, dtype=np.float32)
+        obs[0], obs[1] = threads
+        return obs, {"phase": phase, "threads": list(threads), "window_s": self.window_s,
+                     "control": self.control}
+
+    def set_threads(self, interactive: int, batch: int) -> None:
+        """Set both pools directly (for controllers that output thread targets)."""
+        self._check_threads((interactive, batch), self.max_threads)
+        self._threads = (int(interactive), int(batch))
+        if self.control:
+            self._set_threads(*self._threads)
+
+    def switch_phase(self, phase: int) -> None:
+        """Change the running workload to another phase, keeping the threads."""
+        if phase not in self.phases:
+            raise ValueError(f"phase must be one of {self.phases}, got {phase!r}")
+        self.phase = int(phase)
+        self._switch_phase(self.phase)
+
+    def step(self, action):
+        if not self.action_space.contains(action):
+            raise ValueError(f"action must be an int in [0, {N_ACTIONS}), got {action!r}")
+        if self.control:
+            new = apply_action(self._threads, int(action), self.max_threads)
+            if new != self._threads:
+                self._threads = new
+                self._set_threads(*new)
+        stats, p99, tp, obs = self._next_window()
+        self._t += 1
+        r = reward(p99, tp, self.sla)
+        truncated = self._t >= self.max_episode_steps
+        info = {
+            "stats": stats,
+            "p99_us": float(p99),
+            "throughput": float(tp),
+            "offered_ops_per_s": float(self._offered_ops_per_s()),
+            "phase": self.phase,
+            "threads": list(self._threads),
+            "window_s": self.window_s,
+            "sla_latency_met": bool(self.sla.latency_met(p99)),
+            "sla_throughput_met": bool(self.sla.throughput_met(tp)),
+            "control": self.control,
+        }
+        obs = np.clip(np.asarray(obs, dtype=np.float32), self.observation_space.low, self.observation_space.high)
+        return obs, float(r), False, bool(truncated), info
+
+    # --- backend hooks --------------------------------------------------------------
+    def _restart(self, phase: int, threads: tuple[int, int], workload_seed: int) -> None:
+        raise NotImplementedError
+
+    def _set_threads(self, interactive: int, batch: int) -> None:
+        raise NotImplementedError
+
+    def _switch_phase(self, phase: int) -> None:
+        raise NotImplementedError
+
+    def _next_window(self):
+        raise NotImplementedError
+
+    def _offered_ops_per_s(self) -> float:
+        return float("nan")
+
+
+class RealEnv(ControlEnv):
+    """The real middleware under a phase workload (nvmw.lab.phases), one window per step.
+
+    The middleware and its engine are created at the first reset and reused; each reset
+    restarts the phase workload (seeded from np_random) and sets the threads, then discards
+    `warmup_windows` windows so the first step sees only the new episode. Nondeterministic
+    by nature (real time), which its spec declares."""
+
+    def __init__(self, phase: int = 1, *, window_s: float = 1.0, max_episode_steps: int = 200,
+                 sla: SLASpec | str | None = None, engine: str = "memory", path: str | None = None,
+                 device: str | None = "optane-1dimm", control: bool = True, max_threads: int = 32,
+                 initial_threads: tuple[int, int] | None = None, warmup_windows: int = 1,
+                 window_timeout_s: float | None = None):
+        if not window_s > 0:
+            raise ValueError(f"window_s must be > 0, got {window_s}")
+        super().__init__(phase, max_episode_steps=max_episode_steps, sla=sla, max_threads=max_threads,
+                         initial_threads=initial_threads, control=control, window_s=window_s)
+        self.engine = engine
+        self.path = path
+        self.device = device or "none"
+        self.warmup_windows = int(warmup_windows)
+        self.window_timeout_s = window_timeout_s or max(5.0, 20 * window_s)
+        self.mw = None
+        self.workload = None
+        self._seq = 0
+        self._workload_seed = 0
+        self.spec = EnvSpec(id="nvmw/Real-v0", entry_point="nvmw.rl.envs:RealEnv", nondeterministic=True,
+                            kwargs={"phase": phase, "window_s": window_s, "max_episode_steps": max_episode_steps,
+                                    "engine": engine, "path": path, "device": device, "control": control,
+                                    "max_threads": max_threads, "sla": sla if not isinstance(sla, SLASpec) else None})
+
+    def _ensure_middleware(self, threads: tuple[int, int]) -> None:
+        if self.mw is None:
+            from nvmw.middleware import Middleware
+
+            self.mw = Middleware(self.path, engine=self.engine, interactive_threads=threads[0],
+                                 batch_threads=threads[1], max_threads=self.max_threads,
+                                 window_s=self.window_s, control=self.control,
+                                 device=None if self.device == "none" else self.device)
+
+    def _start_workload(self, phase: int, seed: int) -> None:
+        from nvmw.lab.phases import PhaseWorkload, load_phase
+
+        if self.workload is not None:
+            self.workload.stop()
+            self.workload = None
+        self.workload = PhaseWorkload(load_phase(phase), self.mw.core, seed=seed)
+        self.workload.start()
+
+    def _restart(self, phase, threads, workload_seed):
+        self._ensure_middleware(threads)
+        if self.control:
+            self.mw.set_threads(*threads)
+        self._workload_seed = workload_seed
+        self._start_workload(phase, workload_seed)
+        self._seq = int(self.mw.get_stats()["seq"])
+        for _ in range(self.warmup_windows):
+            self._seq = int(self.mw.wait_for_window(self._seq, self.window_timeout_s)["seq"])
+
+    def _set_threads(self, interactive, batch):
+        self.mw.set_threads(interactive, batch)
+
+    def _switch_phase(self, phase):
+        # A new workload seed per switch, drawn from np_random, keeps the long run replayable.
+        self._start_workload(phase, int(self.np_random.integers(0, 2**31 - 1)))
+
+    def _next_window(self):
+        if self.mw is None:
+            raise RuntimeError("call reset() before step()")
+        stats = self.mw.wait_for_window(self._seq, self.window_timeout_s)
+        self._seq = int(stats["seq"])
+        p99, tp = self.sla.measure(stats)
+        state = list(self.mw.get_state())
+        if not self.control:
+            # No-control has no pools; report the callers' concurrency as "threads" 0.
+            state[0], state[1] = 0.0, 0.0
+        obs = np.maximum(np.asarray(state, dtype=np.float64), 0.0)
+        return stats, p99, tp, obs
+
+    def _offered_ops_per_s(self):
+        if self.workload is None:
+            return float("nan")
+        return float(self.workload.offered_ops_per_s())
+
+    def close(self):
+        if self.workload is not None:
+            try:
+                self.workload.stop()
+            finally:
+                self.workload = None
+        if self.mw is not None:
+            try:
+                self.mw.close()
+            finally:
+                self.mw = None
+
+
+class SyntheticEnv(ControlEnv):
+    """Analytic two-pool model (no middleware, no real time): a cheap, seeded stand-in for
+    tests and demos. Per phase: offered load per class, per-request service time, and an
+    Optane-like contention knee where extra batch threads slow every request down.
+    Not calibrated to any machine; use RealEnv (or the simulator) for measurements."""
+
+    # phase -> (lam_i ops/s, lam_b ops/s, svc_i us, svc_b us, blk_i B, blk_b B, wr_i, wr_b, knee_b)
+    PHASES = {
+        1: (60_000, 50_000, 40.0, 100.0, 40, 800_000, 0.2, 0.5, 8),
+        2: (45_000, 80_000, 40.0, 100.0, 40, 800_000, 0.2, 0.5, 10),
+        3: (120_000, 60_000, 40.0, 25.0, 40, 4_096, 0.2, 0.0, 4),
+        4: (90_000, 60_000, 60.0, 25.0, 500, 4_096, 0.9, 0.0, 5),
+    }
+    # Goals that this model can meet (the thesis's 250k ops/s is out of its range).
+    DEFAULT_SLA = SLASpec(lat_goal=250.0, tp_goal=100_000.0, name="synthetic",
+                          notes="goals for SyntheticEnv only; thesis scaling bounds")
+
+    def __init__(self, phase: int = 1, *, max_episode_steps: int = 200, sla: SLASpec | str | None = None,
+                 max_threads: int = 32, initial_threads: tuple[int, int] | None = None,
+                 control: bool = True, noise: float = 0.05, window_s: float = 1.0):
+        super().__init__(phase, max_episode_steps=max_episode_steps, sla=sla if sla is not None else self.DEFAULT_SLA,
+                         max_threads=max_threads, initial_threads=initial_threads, control=control,
+                         window_s=window_s)
+        self.noise = float(noise)
+        self._backlog = [0.0, 0.0]
+        self.spec = EnvSpec(id="nvmw/Synthetic-v0", entry_point="nvmw.rl.envs:SyntheticEnv",
+                            kwargs={"phase": phase, "max_episode_steps": max_episode_steps,
+                                    "max_threads": max_threads, "control": control, "noise": noise})
+
+    def _restart(self, phase, threads, workload_seed):
+        self._backlog = [0.0, 0.0]
+
+    def _set_threads(self, interactive, batch):
+        pass
+
+    def _switch_phase(self, phase):
+        pass
+
+    def _offered_ops_per_s(self):
+        lam_i, lam_b = self.PHASES[self.phase][:2]
+        return float(lam_i + lam_b)
+
+    def model(self, threads: tuple[int, int], phase: int | None = None) -> tuple[float, float, float, float]:
+        """Noise-free (p99_us, throughput, interactive capacity, batch capacity) of a config."""
+        lam_i, lam_b, svc_i, svc_b, *_rest, knee = self.PHASES[phase or self.phase]
+        i, b = threads
+        if not self.control:
+            i, b = 200, 200  # callers run unthrottled: maximal contention
+        # Past the knee every extra batch thread slows the device for everyone.
+        slow = 1.0 + 0.15 * max(0, b - knee) + 0.03 * max(0, i - 12)
+        cap_i = i * 1e6 / (svc_i * slow)
+        cap_b = min(b, knee) * 1e6 / (svc_b * slow)
+        rho = min(lam_i / cap_i, 0.999)
+        p99 = svc_i * slow * (1.0 + 4.6 * rho / (1.0 - rho))
+        if lam_i > cap_i:
+            p99 += 5_000.0 * (lam_i / cap_i - 1.0) * 10
+        tp = min(lam_i, cap_i) + min(lam_b, cap_b)
+        return p99, tp, cap_i, cap_b
+
+    def _next_window(self):
+        lam_i, lam_b, _si, _sb, blk_i, blk_b, wr_i, wr_b, _k = self.PHASES[self.phase]
+        p99, tp, cap_i, cap_b = self.model(self._threads)
+        z = self.np_random.normal(0.0, self.noise, size=2)
+        p99 *= math.exp(z[0])
+        tp *= math.exp(z[1])
+        for k, (lam, cap) in enumerate(((lam_i, cap_i), (lam_b, cap_b))):
+            self._backlog[k] = max(0.0, self._backlog[k] + (lam - cap) * self.window_s * 0.01)
+        obs = np.array([self._threads[0], self._threads[1], self._backlog[0], self._backlog[1],
+                        blk_i, blk_b, wr_i, wr_b], dtype=np.float64)
+        return None, p99, tp, obs
+
+
+class SeqPhaseEnv(gym.Wrapper):
+    """The long run: one episode of `total_steps` steps whose phase changes every
+    `switch_every` steps, phases drawn in a seeded random order (each block of len(phases)
+    segments is a shuffled permutation, so every phase gets equal time). Threads carry over
+    across switches; only the first segment resets them."""
+
+    def __init__(self, env: ControlEnv, *, total_steps: int = 4000, switch_every: int = 200,
+                 phases: tuple[int, ...] = (1, 2, 3, 4), initial_threads: tuple[int, int] | None = (15, 15)):
+        super().__init__(env)
+        if total_steps < 1 or switch_every < 1:
+            raise ValueError("total_steps and switch_every must be >= 1")
+        self.total_steps = int(total_steps)
+        self.switch_every = int(switch_every)
+        self.phases = tuple(phases)
+        self.initial_threads = initial_threads
+        inner = env.unwrapped
+        inner.max_episode_steps = max(inner.max_episode_steps, self.total_steps)
+        self.schedule_: list[int] = []
+        self._t = 0
+
+    def reset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None):
+        rng = np.random.default_rng(seed)
+        n_segments = -(-self.total_steps // self.switch_every)
+        order: list[int] = []
+        while len(order) < n_segments:
+            order.extend(int(p) for p in rng.permutation(self.phases))
+        self.schedule_ = order[:n_segments]
+        self._t = 0
+        opts = dict(options or {})
+        opts["phase"] = self.schedule_[0]
+        if self.initial_threads is not None and "threads" not in opts:
+            opts["threads"] = self.initial_threads
+        obs, info = self.env.reset(seed=seed, options=opts)
+        info["segment"] = 0
+        return obs, info
+
+    def step(self, action):
+        if self._t > 0 and self._t % self.switch_every == 0:
+            self.env.unwrapped.switch_phase(self.schedule_[self._t // self.switch_every])
+        obs, r, term, trunc, info = self.env.step(action)
+        self._t += 1
+        info["segment"] = (self._t - 1) // self.switch_every
+        return obs, r, term, self._t >= self.total_steps, info

@@ -1,0 +1,184 @@
+"""SLA specifications and the thesis reward (Algorithm 1).
+
+An `SLASpec` holds the goals and the min/max scaling bounds of Algorithm 1; specs live in
+TOML files (python/nvmw/data/sla/). `reward()` is Algorithm 1 as a pure function."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Mapping
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised only on old interpreters
+    import tomli as tomllib
+
+_CLASSES = ("interactive", "batch", "all")
+
+
+@dataclass
+class SLASpec:
+    """Goals and scaling bounds of thesis Algorithm 1 (names as in the algorithm)."""
+
+    lat_goal: float = 250.0
+    """Tail-latency goal in microseconds (the observed p99 must be <= this)."""
+    tp_goal: float = 250_000.0
+    """Throughput goal in operations per second (observed ops/s must be >= this)."""
+    min_value: float = 0.0
+    """Lower end of the min-max scaling, shared by latency and throughput (line 2-5)."""
+    max_latency: float = 500_000.0
+    """Latency (us) that maps to max_scale_lat."""
+    max_throughput: float = 2_000_000.0
+    """Throughput (ops/s) that maps to max_scale_tp."""
+    max_scale_lat: float = 1000.0
+    """Top of the scaled latency range."""
+    max_scale_tp: float = 10.0
+    """Top of the scaled throughput range."""
+    min_scale: float = 1.0
+    """Bottom of both scaled ranges."""
+    lat_penalty: float = 500.0
+    """Weight of the scaled latency error when the latency goal is missed."""
+    tp_penalty: float = 5000.0
+    """Weight of the scaled throughput error when the throughput goal is missed."""
+    latency_class: str = "interactive"
+    """Which class's p99 is held to lat_goal: interactive | batch | all."""
+    throughput_class: str = "all"
+    """Which class's ops/s is held to tp_goal: interactive | batch | all."""
+    name: str = ""
+    """Free-form label (e.g. 'thesis', 'calibrated-optane-1dimm')."""
+    notes: str = ""
+    """Where the numbers came from (machine, sweep, window length)."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError for a spec Algorithm 1 cannot use."""
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.type in ("float", float):
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise ValueError(f"SLASpec.{f.name} must be a finite number, got {v!r}")
+        if self.max_latency <= self.min_value:
+            raise ValueError("SLASpec.max_latency must exceed min_value (division by zero in Algorithm 1)")
+        if self.max_throughput <= self.min_value:
+            raise ValueError("SLASpec.max_throughput must exceed min_value (division by zero in Algorithm 1)")
+        if self.lat_goal <= 0 or self.tp_goal <= 0:
+            raise ValueError("SLASpec goals must be positive")
+        for attr in ("latency_class", "throughput_class"):
+            if getattr(self, attr) not in _CLASSES:
+                raise ValueError(f"SLASpec.{attr} must be one of {_CLASSES}, got {getattr(self, attr)!r}")
+
+    # --- TOML -----------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "SLASpec":
+        """Build from a mapping with the field names; unknown keys are an error."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown SLA spec keys: {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        return cls(**dict(data))
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike) -> "SLASpec":
+        """Read a spec from a TOML file whose top-level table (or [sla]) has the field names."""
+        try:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"SLA spec file not found: {path}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"{path}: not valid TOML: {e}") from None
+        if "sla" in data and isinstance(data["sla"], dict):
+            data = data["sla"]
+        try:
+            return cls.from_dict(data)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{path}: {e}") from None
+
+    def to_toml(self) -> str:
+        """The spec as TOML text (round-trips through from_toml)."""
+        lines = ["# nvmw SLA spec: goals and scaling bounds of the reward (thesis Algorithm 1)", "[sla]"]
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, str):
+                esc = v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+                lines.append(f'{f.name} = "{esc}"')
+            else:
+                lines.append(f"{f.name} = {float(v)!r}")
+        return "\n".join(lines) + "\n"
+
+    def save(self, path: str | os.PathLike) -> None:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(self.to_toml())
+
+    # --- helpers --------------------------------------------------------------------
+    def latency_met(self, p99_us: float) -> bool:
+        """Algorithm 1's latency test, on the scaled values (equivalent to p99 <= lat_goal)."""
+        return _scale(p99_us, self, self.max_latency, self.max_scale_lat) <= _scale(
+            self.lat_goal, self, self.max_latency, self.max_scale_lat)
+
+    def throughput_met(self, throughput: float) -> bool:
+        return _scale(throughput, self, self.max_throughput, self.max_scale_tp) >= _scale(
+            self.tp_goal, self, self.max_throughput, self.max_scale_tp)
+
+    def measure(self, stats: Mapping[str, Any]) -> tuple[float, float]:
+        """(p99_us, ops_per_s) of the classes this spec judges, from a window-stats dict."""
+        return (float(stats[self.latency_class]["p99_us"]),
+                float(stats[self.throughput_class]["ops_per_s"]))
+
+
+def _scale(x: float, spec: SLASpec, max_x: float, max_scale: float) -> float:
+    # Algorithm 1 lines 2-5: min-max scaling onto [min_scale, max_scale].
+    return (max_scale - spec.min_scale) * (x - spec.min_value) / (max_x - spec.min_value) + spec.min_scale
+
+
+def reward(p99_us: float, throughput: float, spec: SLASpec) -> float:
+    """Thesis Algorithm 1: reward for one window given its tail latency (us) and throughput (ops/s).
+
+    Followed line by line, including its quirk that the reward when both goals are met grows
+    with the distance from the goals (line 9)."""
+    if not (math.isfinite(p99_us) and math.isfinite(throughput)):
+        raise ValueError(f"reward needs finite p99/throughput, got {p99_us!r}, {throughput!r}")
+    lat = _scale(p99_us, spec, spec.max_latency, spec.max_scale_lat)            # line 2
+    tp = _scale(throughput, spec, spec.max_throughput, spec.max_scale_tp)       # line 3
+    lat_goal = _scale(spec.lat_goal, spec, spec.max_latency, spec.max_scale_lat)  # line 4
+    tp_goal = _scale(spec.tp_goal, spec, spec.max_throughput, spec.max_scale_tp)  # line 5
+    error_lat = abs(lat - lat_goal)                                             # line 6
+    error_tp = abs(tp - tp_goal)                                                # line 7
+    if lat <= lat_goal and tp >= tp_goal:                                       # line 8
+        return float(10.0 * (error_lat + error_tp))                             # line 9
+    if lat > lat_goal and tp < tp_goal:                                         # line 11
+        return float(-1.0 * (spec.lat_penalty * error_lat + spec.tp_penalty * error_tp))
+    if lat > lat_goal:                                                          # line 14
+        return float(-1.0 * spec.lat_penalty * error_lat)
+    return float(-1.0 * spec.tp_penalty * error_tp)                             # line 17
+
+
+def sla_dir() -> str:
+    return str(resources.files("nvmw") / "data" / "sla")
+
+
+def load_spec(name_or_path: str | os.PathLike | None = None, device: str | None = "optane-1dimm") -> SLASpec:
+    """A spec from a path, or a shipped name ('thesis', 'calibrated-optane-1dimm').
+
+    None means the default: the calibrated spec shipped for `device` (falls back to
+    'calibrated-none' then 'thesis' if that device has no calibration)."""
+    if name_or_path is not None:
+        p = str(name_or_path)
+        if os.path.exists(p):
+            return SLASpec.from_toml(p)
+        shipped = os.path.join(sla_dir(), p if p.endswith(".toml") else p + ".toml")
+        if os.path.exists(shipped):
+            return SLASpec.from_toml(shipped)
+        avail = sorted(x[:-5] for x in os.listdir(sla_dir()) if x.endswith(".toml"))
+        raise FileNotFoundError(f"SLA spec {p!r} is neither a file nor a shipped spec ({', '.join(avail)})")
+    for cand in (f"calibrated-{device or 'none'}", "calibrated-none", "thesis"):
+        path = os.path.join(sla_dir(), cand + ".toml")
+        if os.path.exists(path):
+            return SLASpec.from_toml(path)
+    raise FileNotFoundError(f"no shipped SLA spec in {sla_dir()}")
