@@ -1,8 +1,197 @@
-// Bindings for this area (filled in by its owner).
+// Python bindings of the YCSB-style generator (`_core.YcsbGenerator`) and the
+// generator-capacity probe (`_core.ycsb_capacity`). Options travel as a dict whose
+// keys are the YcsbOptions field names; every blocking call releases the GIL.
+#include <nanobind/stl/string.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "nvmw/ycsb.h"
 #include "python/bind.h"
 
 namespace nvmw::py {
 
-void BindYcsb(nb::module_& m) {}
+namespace {
+
+uint64_t NonNegativeInt(const char* name, nb::handle v) {
+  const double d = nb::cast<double>(v);
+  if (!(d >= 0) || d != std::floor(d) || d > 9.0e18) {
+    ThrowIfError(Status::InvalidArgument(std::string("ycsb: ") + name +
+                                         " must be a non-negative integer"));
+  }
+  return static_cast<uint64_t>(d);
+}
+
+YcsbOptions OptionsFromDict(const nb::dict& d) {
+  YcsbOptions o;
+  for (auto [k, v] : d) {
+    const std::string key = nb::cast<std::string>(k);
+    if (v.is_none()) continue;  // keep the default
+    if (key == "record_count") o.record_count = NonNegativeInt("record_count", v);
+    else if (key == "operation_count") o.operation_count = NonNegativeInt("operation_count", v);
+    else if (key == "duration_s") o.duration_s = nb::cast<double>(v);
+    else if (key == "read_proportion") o.read_proportion = nb::cast<double>(v);
+    else if (key == "update_proportion") o.update_proportion = nb::cast<double>(v);
+    else if (key == "insert_proportion") o.insert_proportion = nb::cast<double>(v);
+    else if (key == "distribution") ThrowIfError(ParseKeyDistribution(nb::cast<std::string>(v), &o.distribution));
+    else if (key == "zipfian_constant") o.zipfian_constant = nb::cast<double>(v);
+    else if (key == "value_bytes") {
+      const uint64_t b = NonNegativeInt("value_bytes", v);
+      if (b > (1ull << 30)) ThrowIfError(Status::InvalidArgument("ycsb: value_bytes above 1 GiB"));
+      o.value_bytes = static_cast<uint32_t>(b);
+    }
+    else if (key == "threads") o.threads = static_cast<int>(std::min<uint64_t>(NonNegativeInt("threads", v), 1u << 30));
+    else if (key == "load_threads") o.load_threads = static_cast<int>(std::min<uint64_t>(NonNegativeInt("load_threads", v), 1u << 30));
+    else if (key == "target_ops_per_s") o.target_ops_per_s = nb::cast<double>(v);
+    else if (key == "request_class") ThrowIfError(ParseRequestClass(nb::cast<std::string>(v), &o.request_class));
+    else if (key == "seed") o.seed = NonNegativeInt("seed", v);
+    else if (key == "interval_s") o.interval_s = nb::cast<double>(v);
+    else ThrowIfError(Status::InvalidArgument("ycsb: unknown option '" + key + "'"));
+  }
+  ThrowIfError(YcsbGenerator::Validate(o));
+  return o;
+}
+
+nb::dict OpStatsToDict(const YcsbOpStats& s) {
+  nb::dict d;
+  d["ops"] = s.ops;
+  d["errors"] = s.errors;
+  d["not_found"] = s.not_found;
+  d["ops_per_s"] = s.ops_per_s;
+  d["mean_us"] = s.mean_us;
+  d["min_us"] = s.min_us;
+  d["max_us"] = s.max_us;
+  d["p50_us"] = s.p50_us;
+  d["p99_us"] = s.p99_us;
+  d["p999_us"] = s.p999_us;
+  return d;
+}
+
+nb::dict ResultsToDict(const YcsbResults& r) {
+  nb::dict d;
+  d["elapsed_s"] = r.elapsed_s;
+  d["all"] = OpStatsToDict(r.all);
+  d["read"] = OpStatsToDict(r.read);
+  d["update"] = OpStatsToDict(r.update);
+  d["insert"] = OpStatsToDict(r.insert);
+  nb::list intervals;
+  for (const auto& iv : r.intervals) {
+    nb::dict i;
+    i["start_s"] = iv.start_s;
+    i["ops"] = iv.ops;
+    i["ops_per_s"] = iv.ops_per_s;
+    i["p50_us"] = iv.p50_us;
+    i["p99_us"] = iv.p99_us;
+    i["mean_us"] = iv.mean_us;
+    intervals.append(i);
+  }
+  d["intervals"] = intervals;
+  d["records_loaded"] = r.records_loaded;
+  d["load_s"] = r.load_s;
+  d["first_error"] = r.first_error;
+  return d;
+}
+
+Middleware* RunningMiddleware(PyMiddleware& h) {
+  if (!h.mw || !h.mw->running()) ThrowIfError(Status::Shutdown("ycsb: middleware is not running"));
+  return h.mw.get();
+}
+
+nb::dict JoinedResults(YcsbGenerator& g) {
+  YcsbResults r;
+  ThrowIfError(g.Results(&r));
+  return ResultsToDict(r);
+}
+
+}  // namespace
+
+void BindYcsb(nb::module_& m) {
+  nb::class_<YcsbGenerator>(m, "YcsbGenerator",
+                            "YCSB-style closed-loop generator driving a Middleware. Options: a "
+                            "dict of YcsbOptions fields (see nvmw.lab.ycsb.YcsbConfig).")
+      .def(
+          "__init__",
+          [](YcsbGenerator* self, PyMiddleware& h, const nb::dict& options) {
+            YcsbOptions o = OptionsFromDict(options);
+            new (self) YcsbGenerator(o, RunningMiddleware(h));
+          },
+          nb::arg("middleware"), nb::arg("options"), nb::keep_alive<1, 2>())
+      .def(
+          "load",
+          [](YcsbGenerator& g) {
+            Status s;
+            {
+              nb::gil_scoped_release release;
+              s = g.Load();
+            }
+            ThrowIfError(s);
+            return JoinedResults(g);
+          },
+          "Insert the records (load phase); returns records_loaded/load_s.")
+      .def(
+          "start",
+          [](YcsbGenerator& g) {
+            Status s;
+            {
+              nb::gil_scoped_release release;
+              s = g.Start();
+            }
+            ThrowIfError(s);
+          },
+          "Start the client threads in the background.")
+      .def("stop", [](YcsbGenerator& g) { g.Stop(); }, "Ask the clients to finish (non-blocking).")
+      .def(
+          "join",
+          [](YcsbGenerator& g) {
+            {
+              nb::gil_scoped_release release;
+              g.Join();
+            }
+            return JoinedResults(g);
+          },
+          "Wait for the clients; return the results dict.")
+      .def(
+          "run",
+          [](YcsbGenerator& g) {
+            Status s;
+            {
+              nb::gil_scoped_release release;
+              s = g.Start();
+              if (s.ok()) g.Join();
+            }
+            ThrowIfError(s);
+            return JoinedResults(g);
+          },
+          "Start + join; returns the results dict.")
+      .def("results", &JoinedResults, "Results of a joined run (or of the load phase only).")
+      .def_prop_ro("running", [](YcsbGenerator& g) { return g.running(); });
+
+  m.def(
+      "ycsb_capacity",
+      [](const nb::dict& options, const std::string& target, int middleware_threads) {
+        YcsbOptions o = OptionsFromDict(options);
+        CapacityTarget t;
+        if (target == "direct") t = CapacityTarget::kDirect;
+        else if (target == "no-control") t = CapacityTarget::kNoControl;
+        else if (target == "middleware") t = CapacityTarget::kMiddleware;
+        else {
+          ThrowIfError(Status::InvalidArgument(
+              "ycsb: capacity target must be direct, no-control or middleware, not '" + target + "'"));
+          return nb::dict();
+        }
+        YcsbResults r;
+        Status s;
+        {
+          nb::gil_scoped_release release;
+          s = MeasureGeneratorCapacity(o, t, middleware_threads, &r);
+        }
+        ThrowIfError(s);
+        return ResultsToDict(r);
+      },
+      nb::arg("options"), nb::arg("target") = "direct", nb::arg("middleware_threads") = 2,
+      "Run the generator against a no-op engine (directly or through a middleware) and "
+      "return its results: the most ops/s one generator can issue here.");
+}
 
 }  // namespace nvmw::py
