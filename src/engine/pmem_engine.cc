@@ -10,6 +10,7 @@
 // the entry it replaces. A crash before that step leaves nothing on media; after
 // it, the new value is durable. Lock stripes live in DRAM and are rebuilt at open.
 #include <libpmemobj.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -90,6 +91,32 @@ std::string ParentDir(const std::string& path) {
   if (slash == std::string::npos) return ".";
   if (slash == 0) return "/";
   return path.substr(0, slash);
+}
+
+// Checks the pmemobj signature and our layout name straight from the file.
+// pmemobj_open itself writes runtime fields into the pool before it notices a
+// wrong layout, and a file that is not ours must be left exactly as it was.
+Status CheckPoolHeader(const std::string& path) {
+  // pmemobj keeps "PMEMOBJ" at offset 0 and the layout name, NUL-terminated,
+  // in the PMEMOBJ_MAX_LAYOUT bytes after the 4 KB pool header.
+  constexpr size_t kLayoutOffset = 4096;
+  char sig[8] = {};
+  char layout[PMEMOBJ_MAX_LAYOUT] = {};
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IOError(path + ": " + std::strerror(errno));
+  bool read_ok = pread(fd, sig, sizeof(sig), 0) == static_cast<ssize_t>(sizeof(sig)) &&
+                 pread(fd, layout, sizeof(layout), kLayoutOffset) ==
+                     static_cast<ssize_t>(sizeof(layout));
+  close(fd);
+  if (!read_ok || std::memcmp(sig, "PMEMOBJ", 8) != 0) {
+    return Status::Corruption(path + ": not a pmemobj pool (no PMEMOBJ signature)");
+  }
+  if (strnlen(layout, sizeof(layout)) == sizeof(layout) || std::strcmp(layout, kLayout) != 0) {
+    return Status::Corruption(path + ": pool has layout \"" +
+                              std::string(layout, strnlen(layout, sizeof(layout))) +
+                              "\", expected \"" + kLayout + "\"");
+  }
+  return Status::OK();
 }
 
 std::string PmemError() {
@@ -415,6 +442,10 @@ Status OpenPmemEngine(const std::string& path, const PmemOptions& options,
     if (S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) < PMEMOBJ_MIN_POOL) {
       return Status::Corruption(path + ": not an nvmw pool (" + std::to_string(st.st_size) +
                                 " bytes, smaller than any pmemobj pool)");
+    }
+    if (S_ISREG(st.st_mode)) {
+      Status hs = CheckPoolHeader(path);
+      if (!hs.ok()) return hs;
     }
     pop = pmemobj_open(path.c_str(), kLayout);
     if (pop == nullptr) {
