@@ -1,0 +1,134 @@
+"""`nvmw ycsb`: run the YCSB-style generator against the middleware (or measure the
+generator's own ceiling against a no-op engine with --capacity)."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import tempfile
+
+from nvmw._util import cores, ensure_pmem_force, print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "ycsb", help="YCSB-style closed-loop workload (client-side p50/p99/throughput)",
+        description="Load RECORDS records, then run closed-loop client threads issuing reads, "
+        "updates and inserts through the middleware; report client-side latency and throughput "
+        "per operation type. --capacity instead measures the most ops/s this generator can "
+        "issue (no-op engine: direct, no-control, middleware).")
+    p.add_argument("--records", type=int, default=10_000, help="records loaded first (default %(default)s)")
+    p.add_argument("--ops", type=int, default=0, help="operations to run, over all threads (0: use --duration)")
+    p.add_argument("--duration", type=float, default=None,
+                   help="seconds to run (default 5 when --ops is not given; with both, first reached ends)")
+    p.add_argument("--read-proportion", type=float, default=0.5)
+    p.add_argument("--update-proportion", type=float, default=None,
+                   help="default: 1 - read - insert")
+    p.add_argument("--insert-proportion", type=float, default=0.0)
+    p.add_argument("--distribution", choices=["uniform", "zipfian", "latest"], default="zipfian")
+    p.add_argument("--value-size", type=int, default=128, help="bytes per value (default %(default)s)")
+    p.add_argument("--threads", type=int, default=16, help="client threads (default %(default)s)")
+    p.add_argument("--target-rate", type=float, default=0.0,
+                   help="total ops/s, paced per thread (0: as fast as possible)")
+    p.add_argument("--class", dest="request_class", choices=["interactive", "batch", "auto"],
+                   default="interactive", help="class hint of every request (default %(default)s)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--interval", type=float, default=0.0,
+                   help="also report per-interval p99/throughput every this many seconds")
+    p.add_argument("--engine", choices=["memory", "pmem"], default="memory")
+    p.add_argument("--path", default=None,
+                   help="pmem pool file (default: a temporary pool in /dev/shm, removed afterwards)")
+    p.add_argument("--no-control", action="store_true",
+                   help="thesis baseline: no queues/pools, at most 200 operations at once")
+    p.add_argument("--interactive-threads", type=int, default=2)
+    p.add_argument("--batch-threads", type=int, default=1)
+    p.add_argument("--window", type=float, default=1.0, help="monitor window, s (default %(default)s)")
+    p.add_argument("--device", default="none",
+                   help="emulated device profile: none | optane-1dimm | optane-6dimm (default %(default)s)")
+    p.add_argument("--capacity", action="store_true",
+                   help="measure the generator's ceiling against a no-op engine instead")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def _config(args: argparse.Namespace):
+    from nvmw.lab.ycsb import YcsbConfig
+
+    duration = args.duration if args.duration is not None else (0.0 if args.ops > 0 else 5.0)
+    update = args.update_proportion
+    if update is None:
+        update = max(0.0, 1.0 - args.read_proportion - args.insert_proportion)
+    return YcsbConfig(
+        record_count=args.records, operation_count=args.ops, duration_s=duration,
+        read_proportion=args.read_proportion, update_proportion=update,
+        insert_proportion=args.insert_proportion, distribution=args.distribution,
+        value_bytes=args.value_size, threads=args.threads, target_ops_per_s=args.target_rate,
+        request_class=args.request_class, seed=args.seed, interval_s=args.interval)
+
+
+def _print_table(result: dict) -> None:
+    print(f"elapsed {result['elapsed_s']:.3f} s, loaded {result['records_loaded']} records "
+          f"in {result['load_s']:.3f} s")
+    print(f"{'op':<8}{'ops':>10}{'ops/s':>12}{'mean us':>10}{'p50 us':>10}{'p99 us':>10}"
+          f"{'p99.9 us':>10}{'max us':>10}{'errors':>8}")
+    for name in ("read", "update", "insert", "all"):
+        s = result[name]
+        if s["ops"] == 0 and name != "all":
+            continue
+        print(f"{name:<8}{s['ops']:>10}{s['ops_per_s']:>12.0f}{s['mean_us']:>10.1f}"
+              f"{s['p50_us']:>10.1f}{s['p99_us']:>10.1f}{s['p999_us']:>10.1f}{s['max_us']:>10.1f}"
+              f"{s['errors']:>8}")
+    if result.get("first_error"):
+        print(f"first error: {result['first_error']}")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        cfg = _config(args).validate()
+    except ValueError as e:
+        raise SystemExit(f"nvmw ycsb: {e}")
+    if args.capacity:
+        from nvmw.lab.ycsb import measure_capacity
+
+        result = measure_capacity(cfg, middleware_threads=args.interactive_threads)
+        if args.json:
+            print_json(result)
+        else:
+            for t in ("direct", "no-control", "middleware"):
+                r = result[t]
+                print(f"{t:<12}{r['ops_per_s']:>12.0f} ops/s  p50 {r['p50_us']:.1f} us  "
+                      f"p99 {r['p99_us']:.1f} us")
+            print(f"({result['threads']} client threads, {result['cores']} cores, no-op engine)")
+        return 0
+
+    pool_dir = None
+    path = args.path
+    if args.engine == "pmem" and path is None:
+        ensure_pmem_force(args.argv)  # the temporary pool lives on tmpfs
+        pool_dir = tempfile.mkdtemp(prefix="nvmw-ycsb-", dir="/dev/shm")
+        path = os.path.join(pool_dir, "ycsb.pool")
+    from nvmw.lab.ycsb import run_ycsb
+    from nvmw.middleware import Middleware
+
+    try:
+        with Middleware(path, engine=args.engine, interactive_threads=args.interactive_threads,
+                        batch_threads=args.batch_threads, window_s=args.window,
+                        control=not args.no_control, device=args.device) as mw:
+            result = run_ycsb(mw, cfg)
+    finally:
+        if pool_dir:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+            with contextlib.suppress(OSError):
+                os.rmdir(pool_dir)
+    result["config"] = cfg.to_options()
+    result["middleware"] = {"engine": args.engine, "control": not args.no_control,
+                            "interactive_threads": args.interactive_threads,
+                            "batch_threads": args.batch_threads, "window_s": args.window,
+                            "device": args.device}
+    result["cores"] = cores()
+    if args.json:
+        print_json(result)
+    else:
+        _print_table(result)
+    return 0
