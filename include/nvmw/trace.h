@@ -37,8 +37,8 @@ struct TraceRecord {
 };
 
 struct Trace {
-  // Sorted by time_us (ties keep file order); the first record is at time_us 0
-  // unless the trace was cut by a filter.
+  // Sorted by time_us (ties keep file order). Azure traces start at offset 0 (the
+  // earliest Timestamp); native traces keep the offsets written in the file.
   std::vector<TraceRecord> records;
   // Absolute time of offset 0 in ms since 1970 (Azure); 0 for native traces.
   int64_t origin_unix_ms = 0;
