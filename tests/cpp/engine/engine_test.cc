@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/engine_test_util.h"
+#include "engine_test_util.h"
 
 namespace nvmw {
 namespace {
