@@ -226,7 +226,9 @@ TEST(TraceWriter, RoundTripsBothFormats) {
       } else {
         ExpectSameRecords(synth, back);
       }
-      if (f == TraceFormat::kAzure) EXPECT_EQ(back.origin_unix_ms, synth.origin_unix_ms);
+      if (f == TraceFormat::kAzure) {
+        EXPECT_EQ(back.origin_unix_ms, synth.origin_unix_ms);
+      }
     }
   }
   // Shuffled azure output is really unsorted, like the released file.
