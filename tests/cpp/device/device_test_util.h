@@ -1,0 +1,21 @@
+// Shared helpers of the device tests: where the profile data lives (found from this
+// file's path, so the tests run from any build directory).
+#ifndef NVMW_TESTS_DEVICE_TEST_UTIL_H_
+#define NVMW_TESTS_DEVICE_TEST_UTIL_H_
+
+#include <string>
+
+namespace nvmw::testing {
+
+inline std::string SourceRoot() {
+  std::string here = __FILE__;  // <root>/tests/cpp/device/device_test_util.h
+  for (int i = 0; i < 4; ++i) here = here.substr(0, here.find_last_of('/'));
+  return here;
+}
+
+inline std::string DevicesDir() { return SourceRoot() + "/python/nvmw/data/devices"; }
+inline std::string Fast20Dir() { return SourceRoot() + "/python/nvmw/data/optane-fast20"; }
+
+}  // namespace nvmw::testing
+
+#endif  // NVMW_TESTS_DEVICE_TEST_UTIL_H_
