@@ -48,6 +48,9 @@ struct MiddlewareOptions {
   // Spin this long (ns) before parking when a waiter or idle worker has a free core.
   // 0 disables spinning (e.g. heavily oversubscribed machines).
   int64_t spin_ns = 20000;
+  // How often (seconds) the monitor samples queue lengths for ClassStats::queue_len_mean.
+  // Capped at a quarter of window_s so every window gets several samples.
+  double queue_sample_s = 0.01;
 };
 
 // An asynchronous request. The middleware takes ownership of key and value.
