@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 from typing import Any, Callable, Mapping, Sequence
 
 import joblib
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import SGDRegressor
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import PolynomialFeatures, StandardScaler
@@ -63,6 +65,12 @@ def transform_features(X: np.ndarray, how: str) -> np.ndarray:
     if how == "none":
         return X
     raise ValueError(f"feature_transform must be 'log1p' or 'none', got {how!r}")
+
+
+def _median(xs: list[float]) -> float:
+    a = np.asarray(xs, dtype=np.float64)
+    a = a[np.isfinite(a)]
+    return float(np.median(a)) if a.size else float("nan")
 
 
 class QLearningAgent:
@@ -183,6 +191,7 @@ class QLearningAgent:
             m.named_steps["scaler"].fit(F)
             m.named_steps["poly"].fit(m.named_steps["scaler"].transform(F))
         targets = R.copy()
+        self.pretrain_converged_ = [False] * self.n_actions
         rounds = 1 + max(0, int(fqi_iterations))
         if fqi_iterations > 0:
             if next_states is None:
@@ -198,7 +207,12 @@ class QLearningAgent:
                 if not mask.any():
                     mask = np.ones(len(A), bool)
                 Z = m.named_steps["poly"].transform(m.named_steps["scaler"].transform(F[mask]))
-                m.named_steps["sgd"].fit(Z, targets[mask])
+                with warnings.catch_warnings():
+                    # Table D.2 picks small max_iter on purpose; record instead of warning.
+                    warnings.simplefilter("ignore", ConvergenceWarning)
+                    m.named_steps["sgd"].fit(Z, targets[mask])
+                sgd = m.named_steps["sgd"]
+                self.pretrain_converged_[a] = bool(sgd.n_iter_ < sgd.max_iter)
         return self
 
     def initialize(self, states: np.ndarray) -> "QLearningAgent":
@@ -213,7 +227,21 @@ class QLearningAgent:
 
     def _predict_all(self, X: np.ndarray) -> np.ndarray:
         F = transform_features(np.atleast_2d(X), self.feature_transform)
-        return np.column_stack([m.predict(F) for m in self.models_])
+        if self.scaler_mode == "partial_fit":
+            return np.column_stack([m.predict(F) for m in self.models_])
+        # Fixed scalers are identical across actions (fitted on the same states), so the
+        # polynomial features are computed once per degree and each model is one dot
+        # product: ~50x cheaper than nine Pipeline.predict calls, which matters at 10 Hz.
+        cache: dict[int, np.ndarray] = {}
+        cols = []
+        for m in self.models_:
+            poly = m.named_steps["poly"]
+            if poly.degree not in cache:
+                sc = m.named_steps["scaler"]
+                cache[poly.degree] = poly.transform((F - sc.mean_) / sc.scale_)
+            sgd = m.named_steps["sgd"]
+            cols.append(cache[poly.degree] @ sgd.coef_ + sgd.intercept_[0])
+        return np.column_stack(cols)
 
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         """Predicted Q for every action in state obs (Algorithm 2 lines 12-14)."""
@@ -297,8 +325,8 @@ class QLearningAgent:
             history.append({
                 "episode": self.n_episodes_, "steps": step, "reward_sum": float(np.sum(rewards)),
                 "reward_median": float(np.median(rewards)), "epsilon": eps_used,
-                "p99_us_median": float(np.nanmedian(p99s)) if p99s else float("nan"),
-                "throughput_median": float(np.nanmedian(tps)) if tps else float("nan"),
+                "p99_us_median": _median(p99s),
+                "throughput_median": _median(tps),
             })
             if bar is not None:
                 bar.update(1)

@@ -1,0 +1,215 @@
+"""The evaluation's long run (thesis 4.3 / Appendix E): every controller on the same seeded
+phase schedule, per-step traces, quartile tables, SLA-met fractions and a Figure E.1-like plot."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from nvmw.rl.controllers import Controller
+from nvmw.rl.envs import ControlEnv, SeqPhaseEnv
+
+TRACE_KEYS = ("step", "phase", "interactive_threads", "batch_threads", "reward", "p99_us", "throughput",
+              "offered_ops_per_s", "sla_latency_met", "sla_throughput_met")
+
+
+def run_controller(env: ControlEnv, controller: Controller, *, total_steps: int = 4000, switch_every: int = 200,
+                   seed: int = 0, initial_threads: tuple[int, int] = (15, 15), progress: bool = False,
+                   phases: Sequence[int] = (1, 2, 3, 4)) -> dict[str, list]:
+    """Run one controller through the long run on `env` (not closed here). Returns the
+    per-step trace as column lists (TRACE_KEYS) plus "schedule" and "wall_s"."""
+    long_env = SeqPhaseEnv(env, total_steps=total_steps, switch_every=switch_every, phases=tuple(phases),
+                           initial_threads=initial_threads)
+    controller.reset()
+    t0 = time.monotonic()
+    obs, info = long_env.reset(seed=seed)
+    trace: dict[str, list] = {k: [] for k in TRACE_KEYS}
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=total_steps, desc=controller.name, unit="step")
+    for step in range(total_steps):
+        decision = controller.act(obs, info)
+        if isinstance(decision, tuple):
+            if env.unwrapped.control:
+                env.unwrapped.set_threads(*decision)
+            action = 0
+        else:
+            action = int(decision)
+        obs, r, term, trunc, info = long_env.step(action)
+        i, b = info["threads"]
+        for k, v in (("step", step), ("phase", info["phase"]), ("interactive_threads", i),
+                     ("batch_threads", b), ("reward", r), ("p99_us", info["p99_us"]),
+                     ("throughput", info["throughput"]), ("offered_ops_per_s", info["offered_ops_per_s"]),
+                     ("sla_latency_met", info["sla_latency_met"]), ("sla_throughput_met", info["sla_throughput_met"])):
+            trace[k].append(v)
+        if bar is not None:
+            bar.update(1)
+        if term or trunc:
+            break
+    if bar is not None:
+        bar.close()
+    trace["schedule"] = list(long_env.schedule_)
+    trace["wall_s"] = time.monotonic() - t0
+    return trace
+
+
+def quartiles(x: Sequence[float]) -> dict[str, float]:
+    a = np.asarray(x, dtype=np.float64)
+    a = a[np.isfinite(a)]
+    if a.size == 0:
+        return {k: float("nan") for k in ("min", "q1", "median", "q3", "max")}
+    q = np.percentile(a, [0, 25, 50, 75, 100])
+    return {"min": float(q[0]), "q1": float(q[1]), "median": float(q[2]), "q3": float(q[3]), "max": float(q[4])}
+
+
+def settle_steps(trace: Mapping[str, list], switch_every: int, run: int = 5) -> list[int | None]:
+    """Per phase segment: steps from the switch until the first `run` consecutive steps that
+    meet both SLAs (None if that never happens within the segment)."""
+    both = np.logical_and(trace["sla_latency_met"], trace["sla_throughput_met"])
+    out: list[int | None] = []
+    for start in range(0, len(both), switch_every):
+        seg = both[start:start + switch_every]
+        found = None
+        for k in range(0, max(0, len(seg) - run + 1)):
+            if seg[k:k + run].all():
+                found = k
+                break
+        out.append(found)
+    return out
+
+
+def summarize(trace: Mapping[str, list], switch_every: int) -> dict[str, Any]:
+    lat = np.asarray(trace["sla_latency_met"], bool)
+    tp = np.asarray(trace["sla_throughput_met"], bool)
+    settle = settle_steps(trace, switch_every)
+    settled = [s for s in settle if s is not None]
+    return {
+        "reward": quartiles(trace["reward"]),
+        "throughput": quartiles(trace["throughput"]),
+        "p99_us": quartiles(trace["p99_us"]),
+        "sla_latency_met": float(lat.mean()) if lat.size else float("nan"),
+        "sla_throughput_met": float(tp.mean()) if tp.size else float("nan"),
+        "sla_both_met": float((lat & tp).mean()) if lat.size else float("nan"),
+        "steps": int(lat.size),
+        "settle_steps_median": float(np.median(settled)) if settled else None,
+        "segments_settled": f"{len(settled)}/{len(settle)}",
+        "wall_s": float(trace.get("wall_s", float("nan"))),
+    }
+
+
+def evaluate_controllers(make_env: Callable[[bool], ControlEnv], controllers: Sequence[Controller], *,
+                         total_steps: int = 4000, switch_every: int = 200, seed: int = 0,
+                         initial_threads: tuple[int, int] = (15, 15), progress: bool = False,
+                         phases: Sequence[int] = (1, 2, 3, 4)) -> tuple[dict, dict]:
+    """Every controller on the same seeded schedule. make_env(control) builds a fresh env
+    (control=False for the no-control baseline); it is closed after each controller.
+    Returns (summary per controller, trace per controller)."""
+    summaries, traces = {}, {}
+    for c in controllers:
+        env = make_env(c.requires_control)
+        try:
+            tr = run_controller(env, c, total_steps=total_steps, switch_every=switch_every, seed=seed,
+                                initial_threads=initial_threads, progress=progress, phases=phases)
+        finally:
+            env.close()
+        traces[c.name] = tr
+        summaries[c.name] = summarize(tr, switch_every)
+    return summaries, traces
+
+
+def markdown_report(summaries: Mapping[str, Mapping[str, Any]], header: Mapping[str, Any]) -> str:
+    """Tables like thesis E.1-E.3 (one column per controller) plus SLA fractions."""
+    names = list(summaries)
+    lines = ["# nvmw long-run evaluation", ""]
+    for k, v in header.items():
+        lines.append(f"- **{k}**: {v}")
+    lines.append("")
+
+    def table(title: str, key: str, fmt: str) -> None:
+        lines.append(f"## {title}")
+        lines.append("")
+        lines.append("| | " + " | ".join(names) + " |")
+        lines.append("|---|" + "---|" * len(names))
+        for stat in ("min", "q1", "median", "q3", "max"):
+            lines.append(f"| {stat} | " + " | ".join(format(summaries[n][key][stat], fmt) for n in names) + " |")
+        lines.append("")
+
+    table("Reward (cf. Table E.1)", "reward", ",.2f")
+    table("Throughput, ops/s (cf. Table E.2)", "throughput", ",.0f")
+    table("p99 latency, us (cf. Table E.3)", "p99_us", ",.1f")
+    lines.append("## Fraction of steps meeting the SLA")
+    lines.append("")
+    lines.append("| | " + " | ".join(names) + " |")
+    lines.append("|---|" + "---|" * len(names))
+    for key, label in (("sla_latency_met", "latency"), ("sla_throughput_met", "throughput"), ("sla_both_met", "both")):
+        lines.append(f"| {label} | " + " | ".join(f"{summaries[n][key]:.3f}" for n in names) + " |")
+    lines.append("| median steps to settle after a switch | " + " | ".join(
+        "-" if summaries[n]["settle_steps_median"] is None else f"{summaries[n]['settle_steps_median']:.0f}"
+        for n in names) + " |")
+    lines.append("| segments settled | " + " | ".join(str(summaries[n]["segments_settled"]) for n in names) + " |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def plot_traces(traces: Mapping[str, Mapping[str, list]], path: str | os.PathLike, switch_every: int,
+                title: str = "") -> None:
+    """Figure E.1-like: per controller a column of threads / throughput / p99 / offered load."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(traces)
+    fig, axes = plt.subplots(4, len(names), figsize=(4.2 * len(names), 9), sharex=True, squeeze=False)
+    for c, n in enumerate(names):
+        tr = traces[n]
+        x = np.asarray(tr["step"])
+        ax = axes[0][c]
+        ax.plot(x, tr["interactive_threads"], label="interactive", lw=0.8)
+        ax.plot(x, tr["batch_threads"], label="batch", lw=0.8)
+        ax.set_title(n)
+        ax.set_ylabel("threads")
+        ax.legend(fontsize=7)
+        axes[1][c].plot(x, tr["throughput"], lw=0.6, color="tab:green")
+        axes[1][c].set_ylabel("throughput (ops/s)")
+        axes[2][c].plot(x, tr["p99_us"], lw=0.6, color="tab:red")
+        axes[2][c].set_yscale("log")
+        axes[2][c].set_ylabel("p99 (us)")
+        axes[3][c].plot(x, tr["offered_ops_per_s"], lw=0.6, color="tab:gray")
+        axes[3][c].set_ylabel("offered (ops/s)")
+        axes[3][c].set_xlabel("step")
+        for r in range(4):
+            for s in range(switch_every, len(x), switch_every):
+                axes[r][c].axvline(s, color="k", lw=0.4, alpha=0.4)
+        for s_idx, ph in enumerate(tr.get("schedule", [])):
+            axes[3][c].text(s_idx * switch_every + 2, 0.02, f"P{ph}", transform=axes[3][c].get_xaxis_transform(),
+                            fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_outputs(summaries: Mapping, traces: Mapping, header: Mapping[str, Any], out_dir: str | os.PathLike,
+                  switch_every: int) -> dict[str, str]:
+    """Writes eval.json ({controller: summary}), run.json (machine, device, window, SLA...),
+    eval.md, eval.png and traces.json (per-step columns) in out_dir."""
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {k: os.path.join(out_dir, f) for k, f in (("json", "eval.json"), ("run", "run.json"), ("markdown", "eval.md"),
+                                                        ("png", "eval.png"), ("traces", "traces.json"))}
+    with open(paths["json"], "w", encoding="utf-8") as fh:
+        json.dump(summaries, fh, indent=2)
+    with open(paths["run"], "w", encoding="utf-8") as fh:
+        json.dump(dict(header), fh, indent=2)
+    with open(paths["markdown"], "w", encoding="utf-8") as fh:
+        fh.write(markdown_report(summaries, header))
+    with open(paths["traces"], "w", encoding="utf-8") as fh:
+        json.dump(traces, fh)
+    plot_traces(traces, paths["png"], switch_every,
+                title=", ".join(f"{k}: {v}" for k, v in header.items() if k in ("device", "window_s", "sla", "cores")))
+    return paths

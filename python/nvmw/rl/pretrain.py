@@ -1,0 +1,194 @@
+"""Offline pretraining (thesis 3.4.3, Appendix D): a random agent collects transitions,
+then per-action model selection by 5-fold cross-validation over Table D.1, run with joblib
+locally or on a Ray cluster (joblib's ray backend)."""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import warnings
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from nvmw.rl.agent import N_ACTIONS, make_pipeline, transform_features
+
+# Table D.1 (scikit-learn spelling: the thesis's 'squared' loss is 'squared_error').
+FULL_GRID: dict[str, list] = {
+    "poly__degree": [1, 2, 3],
+    "sgd__loss": ["squared_error", "huber", "epsilon_insensitive"],
+    "sgd__penalty": ["l1", "l2", "elasticnet"],
+    "sgd__alpha": [0.1, 0.01, 0.001, 0.0001],
+    "sgd__learning_rate": ["constant", "optimal", "invscaling"],
+    "sgd__max_iter": [100, 1000, 10000, 100000],
+}
+# A 16-point corner of it for quick runs and tests.
+QUICK_GRID: dict[str, list] = {
+    "poly__degree": [1, 2],
+    "sgd__loss": ["squared_error", "huber"],
+    "sgd__penalty": ["l2", "elasticnet"],
+    "sgd__alpha": [0.01, 0.001],
+    "sgd__learning_rate": ["invscaling"],
+    "sgd__max_iter": [1000],
+}
+
+TRANSITION_KEYS = ("states", "actions", "rewards", "next_states", "terminated", "truncated", "phases",
+                   "p99_us", "throughput")
+
+
+def collect_transitions(env, *, episodes_per_phase: int = 150, phases: Sequence[int] = (1, 2, 3, 4),
+                        seed: int = 0, progress: bool = False) -> dict[str, np.ndarray]:
+    """Random-agent transitions (uniform actions, seeded) for every phase."""
+    if episodes_per_phase < 1:
+        raise ValueError("episodes_per_phase must be >= 1")
+    rng = np.random.default_rng(seed)
+    cols: dict[str, list] = {k: [] for k in TRANSITION_KEYS}
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=episodes_per_phase * len(phases), desc="collect", unit="ep")
+    ep_seed = int(rng.integers(0, 2**31 - 1))
+    for ph in phases:
+        for _ep in range(episodes_per_phase):
+            obs, _info = env.reset(seed=ep_seed, options={"phase": int(ph)})
+            ep_seed += 1
+            while True:
+                a = int(rng.integers(N_ACTIONS))
+                nobs, r, term, trunc, info = env.step(a)
+                for k, v in (("states", obs), ("actions", a), ("rewards", r), ("next_states", nobs),
+                             ("terminated", term), ("truncated", trunc), ("phases", ph),
+                             ("p99_us", info["p99_us"]), ("throughput", info["throughput"])):
+                    cols[k].append(v)
+                obs = nobs
+                if term or trunc:
+                    break
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
+    return {
+        "states": np.asarray(cols["states"], np.float64).reshape(-1, 8),
+        "actions": np.asarray(cols["actions"], np.int64),
+        "rewards": np.asarray(cols["rewards"], np.float64),
+        "next_states": np.asarray(cols["next_states"], np.float64).reshape(-1, 8),
+        "terminated": np.asarray(cols["terminated"], bool),
+        "truncated": np.asarray(cols["truncated"], bool),
+        "phases": np.asarray(cols["phases"], np.int64),
+        "p99_us": np.asarray(cols["p99_us"], np.float64),
+        "throughput": np.asarray(cols["throughput"], np.float64),
+    }
+
+
+def save_transitions(path: str | os.PathLike, data: Mapping[str, np.ndarray], meta: Mapping[str, Any] | None = None) -> None:
+    import json
+
+    np.savez_compressed(path, **{k: np.asarray(data[k]) for k in TRANSITION_KEYS},
+                        meta=np.asarray(json.dumps(dict(meta or {}))))
+
+
+def load_transitions(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Read a transitions file; checks every column is present and lengths agree."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            missing = [k for k in TRANSITION_KEYS if k not in z.files]
+            if missing:
+                raise ValueError(f"{path}: not an nvmw transitions file (missing {', '.join(missing)})")
+            data = {k: z[k] for k in TRANSITION_KEYS}
+            if "meta" in z.files:
+                data["meta"] = str(z["meta"])
+    except FileNotFoundError:
+        raise FileNotFoundError(f"transitions file not found: {path}") from None
+    except (OSError, EOFError) as e:
+        raise ValueError(f"{path}: cannot read transitions ({e})") from None
+    n = len(data["actions"])
+    for k in TRANSITION_KEYS:
+        if len(data[k]) != n:
+            raise ValueError(f"{path}: column {k} has {len(data[k])} rows, expected {n}")
+    if n == 0:
+        raise ValueError(f"{path}: no transitions")
+    return data
+
+
+def _ray_backend(address: str | None):
+    """Context that runs joblib work on Ray (ray.util.joblib), starting a local Ray if
+    none is connected (num_cpus=2 keeps it polite on a small machine)."""
+    try:
+        import ray
+        from ray.util.joblib import register_ray
+    except ImportError:
+        raise RuntimeError('the ray backend needs Ray: pip install "ray[default]"') from None
+    import joblib
+
+    @contextlib.contextmanager
+    def ctx():
+        started = False
+        if not ray.is_initialized():
+            if address:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+            started = True
+        register_ray()
+        try:
+            with joblib.parallel_backend("ray"):
+                yield
+        finally:
+            if started:
+                ray.shutdown()
+
+    return ctx()
+
+
+def tune_models(data: Mapping[str, np.ndarray], *, grid: Mapping[str, list] | None = None, cv: int = 5,
+                n_jobs: int = 2, backend: str = "loky", ray_address: str | None = None,
+                feature_transform: str = "log1p", reward_scale: float = 1.0, test_size: float = 0.2,
+                seed: int = 0, progress: bool = False) -> dict[str, Any]:
+    """Per-action model selection: for each action, hold out `test_size` of its transitions,
+    GridSearchCV (cv folds, neg. MSE) over the grid on the rest, report the held-out R^2.
+
+    Returns {"model_params": [9 flat dicts usable as QLearningAgent(model_params=...)],
+    "cv_score": [...], "test_r2": [...], "n_samples": [...], "grid": ..., "wall_s": ...}."""
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.model_selection import GridSearchCV, KFold, train_test_split
+
+    grid = dict(grid or FULL_GRID)
+    if backend not in ("loky", "ray"):
+        raise ValueError("backend must be 'loky' or 'ray'")
+    X_all = transform_features(data["states"], feature_transform)
+    A = np.asarray(data["actions"]).ravel()
+    y_all = np.asarray(data["rewards"], np.float64).ravel() / reward_scale
+    out: dict[str, Any] = {"model_params": [], "cv_score": [], "test_r2": [], "n_samples": [], "grid": grid,
+                           "backend": backend, "cv": cv}
+    t0 = time.monotonic()
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=N_ACTIONS, desc=f"tune ({backend})", unit="action")
+    backend_ctx = _ray_backend(ray_address) if backend == "ray" else contextlib.nullcontext()
+    with backend_ctx, warnings.catch_warnings():
+        # Small max_iter values in the grid do not converge by design; that is what CV judges.
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        for a in range(N_ACTIONS):
+            mask = A == a
+            n = int(mask.sum())
+            if n < 2 * cv:
+                raise ValueError(f"action {a} has {n} transitions; need at least {2 * cv} for {cv}-fold CV "
+                                 "(collect more episodes)")
+            X, y = X_all[mask], y_all[mask]
+            X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=test_size, random_state=seed + a)
+            pipe = make_pipeline({}, random_state=seed + a)
+            search = GridSearchCV(pipe, grid, cv=KFold(cv, shuffle=True, random_state=seed + a),
+                                  scoring="neg_mean_squared_error", n_jobs=n_jobs, error_score=np.nan,
+                                  refit=True)
+            search.fit(X_tr, y_tr)
+            best = {k.split("__", 1)[1]: v for k, v in search.best_params_.items()}
+            out["model_params"].append(best)
+            out["cv_score"].append(float(search.best_score_))
+            out["test_r2"].append(float(search.best_estimator_.score(X_te, y_te)))
+            out["n_samples"].append(n)
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
+    out["wall_s"] = time.monotonic() - t0
+    return out
