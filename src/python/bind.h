@@ -32,6 +32,10 @@ struct PyMiddleware {
   std::unique_ptr<Middleware> mw;
 };
 
+// Window statistics as a dict: seq, start_s, duration_s, and per class
+// ("interactive", "batch", "all") the ClassStats fields of nvmw/stats.h.
+nb::dict StatsToDict(const WindowStats& stats);
+
 void BindCore(nb::module_& m);         // bind_core.cc: Status errors, engines, middleware
 void BindEngineBench(nb::module_& m);  // bind_engine_bench.cc: `nvmw bench engine`
 void BindOverheadBench(nb::module_& m);// bind_overhead.cc: `nvmw bench overhead`

@@ -1,0 +1,211 @@
+"""The Python face of the middleware: `nvmw.Middleware`, a context manager over a
+persistent (or in-memory) engine with two classed, resizable worker pools."""
+from __future__ import annotations
+
+import concurrent.futures
+import os
+from typing import Any, Optional, Union
+
+from nvmw import _core
+from nvmw.errors import InvalidArgumentError
+
+Bytes = Union[bytes, bytearray, memoryview, str]
+
+#: Request classes accepted by every call (``None`` means "auto": the size rule).
+CLASSES = {"interactive": 0, "batch": 1, "auto": 2, None: 2}
+_OPS = {"get": 0, "put": 1, "remove": 2}
+
+#: Keys of each per-class dict in :meth:`Middleware.get_stats` (see docs/python-api.md).
+CLASS_STAT_KEYS = (
+    "ops", "errors", "rejected", "ops_per_s", "bytes_per_s", "p50_us", "p99_us", "p999_us",
+    "mean_us", "std_us", "max_us", "queue_len_end", "queue_len_mean", "mean_block_bytes",
+    "write_ratio", "threads",
+)
+#: Names of the 8 state features (thesis Table 3.2), in :meth:`Middleware.get_state` order.
+STATE_NAMES = (
+    "interactive_threads", "batch_threads", "interactive_queue_size", "batch_queue_size",
+    "interactive_block_size", "batch_block_size", "interactive_write_ratio", "batch_write_ratio",
+)
+
+
+def _b(x: Bytes) -> bytes:
+    if isinstance(x, bytes):
+        return x
+    if isinstance(x, str):
+        return x.encode("utf-8")
+    if isinstance(x, (bytearray, memoryview)):
+        return bytes(x)
+    raise TypeError(f"expected bytes or str, got {type(x).__name__}")
+
+
+def _cls(cls: Optional[str]) -> int:
+    try:
+        return CLASSES[cls]
+    except (KeyError, TypeError):
+        raise InvalidArgumentError(
+            f"unknown request class {cls!r}: use 'interactive', 'batch' or 'auto'") from None
+
+
+def open_engine(engine: Union[str, "_core.Engine"] = "pmem", path: Optional[str] = None, *,
+                pool_size: int = 1 << 30, create_if_missing: bool = True,
+                device: Optional[str] = None) -> "_core.Engine":
+    """Open an engine: ``"pmem"`` (a pool file at `path`, created if missing) or
+    ``"memory"``; optionally wrapped by an emulated device profile (``"optane-1dimm"``...)."""
+    if isinstance(engine, _core.Engine):
+        core = engine
+    elif engine == "pmem":
+        if not path:
+            raise InvalidArgumentError("engine='pmem' needs a pool file path")
+        core = _core.open_pmem_engine(os.fspath(path), pool_size_bytes=pool_size,
+                                      create_if_missing=create_if_missing)
+    elif engine == "memory":
+        core = _core.new_memory_engine()
+    else:
+        raise InvalidArgumentError(f"unknown engine {engine!r}: use 'pmem' or 'memory'")
+    if device and device != "none":
+        from nvmw.lab.device import wrap_engine
+
+        core = wrap_engine(core, device)
+    return core
+
+
+class Middleware:
+    """Workload-aware concurrency control over a key-value engine.
+
+    >>> with nvmw.Middleware("/dev/shm/demo.pool", interactive_threads=2, batch_threads=1) as mw:
+    ...     mw.put(b"k", b"v", cls="interactive")
+    ...     mw.get(b"k")
+    b'v'
+
+    Parameters
+    ----------
+    path: pool file for ``engine="pmem"`` (created if missing, recovered otherwise).
+    engine: ``"pmem"``, ``"memory"`` or an already open ``nvmw._core.Engine``.
+    interactive_threads, batch_threads: initial pool sizes, in [1, max_threads].
+    max_threads: pool size bound (thesis: 32).
+    window_s: monitor window length in seconds.
+    control: False runs the no-control baseline (callers run operations themselves,
+        at most ``no_control_max_inflight`` at once).
+    device: emulated device profile (``"none"``, ``"optane-1dimm"``, ``"optane-6dimm"``).
+    batch_threshold_bytes: size rule for class "auto": puts of at least this size are batch.
+    queue_capacity: per-class queue bound; a full queue raises OverloadedError.
+
+    Blocking calls release the GIL. An acknowledged put is durable (pmem engine).
+    Errors raise the typed exceptions of :mod:`nvmw.errors`.
+    """
+
+    def __init__(self, path: Optional[str] = None, engine: Union[str, Any] = "pmem", *,
+                 interactive_threads: int = 1, batch_threads: int = 1, max_threads: int = 32,
+                 window_s: float = 1.0, control: bool = True, device: Optional[str] = None,
+                 pool_size: int = 1 << 30, create_if_missing: bool = True,
+                 batch_threshold_bytes: int = 64 * 1024, queue_capacity: int = 1 << 16,
+                 no_control_max_inflight: int = 200, max_value_bytes: int = 512 << 20,
+                 spin_ns: int = 20000):
+        if window_s <= 0:
+            raise InvalidArgumentError(f"window_s must be > 0, got {window_s}")
+        self._engine = open_engine(engine, path, pool_size=pool_size,
+                                   create_if_missing=create_if_missing, device=device)
+        self.device = device or "none"
+        self.window_s = window_s
+        self.control = control
+        self.core = _core.Middleware(
+            self._engine, interactive_threads=interactive_threads, batch_threads=batch_threads,
+            max_threads=max_threads, window_s=window_s, control=control,
+            no_control_max_inflight=no_control_max_inflight,
+            batch_threshold_bytes=batch_threshold_bytes, queue_capacity=queue_capacity,
+            max_value_bytes=max_value_bytes, spin_ns=spin_ns)
+
+    # -- storage ---------------------------------------------------------------------------
+    def get(self, key: Bytes, cls: Optional[str] = None) -> Optional[bytes]:
+        """The value of `key`, or None when it does not exist."""
+        return self.core.get(_b(key), _cls(cls))
+
+    def put(self, key: Bytes, value: Bytes, cls: Optional[str] = None) -> None:
+        """Insert or replace; durable when it returns (pmem engine)."""
+        self.core.put(_b(key), _b(value), _cls(cls))
+
+    def remove(self, key: Bytes, cls: Optional[str] = None) -> bool:
+        """Remove `key`; True if it existed."""
+        return self.core.remove(_b(key), _cls(cls))
+
+    def submit(self, op: str, key: Bytes, value: Bytes = b"",
+               cls: Optional[str] = None) -> "concurrent.futures.Future":
+        """Asynchronous request (``op`` in get/put/remove). Returns a Future whose result is
+        the value (get; None if missing), None (put) or a bool (remove)."""
+        if op not in _OPS:
+            raise InvalidArgumentError(f"unknown op {op!r}: use 'get', 'put' or 'remove'")
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        code_not_found = 1
+
+        def done(code: int, message: str, value: Optional[bytes]) -> None:
+            if code == 0:
+                fut.set_result(value if op == "get" else (True if op == "remove" else None))
+            elif code == code_not_found and op in ("get", "remove"):
+                fut.set_result(None if op == "get" else False)
+            else:
+                fut.set_exception(_error_for(code, message))
+
+        self.core.submit(_OPS[op], _b(key), _b(value), _cls(cls), done)
+        return fut
+
+    # -- monitoring and control (thesis Table 3.1) ----------------------------------------
+    def get_stats(self) -> dict:
+        """Last closed window: ``{"seq", "start_s", "duration_s", "interactive", "batch",
+        "all"}``; each class dict has the keys in :data:`CLASS_STAT_KEYS`."""
+        return self.core.get_stats()
+
+    def wait_for_window(self, after_seq: int, timeout_s: float = 60.0) -> dict:
+        """Block until a window with ``seq > after_seq`` closes; return its stats."""
+        return self.core.wait_for_window(after_seq, timeout_s)
+
+    def get_state(self) -> list:
+        """The 8-feature state of thesis Table 3.2 (names in :data:`STATE_NAMES`)."""
+        return self.core.get_state()
+
+    def perform_action(self, action: int) -> None:
+        """Thesis Table 3.3 action 0..8; thread counts are clamped to [1, max_threads]."""
+        self.core.perform_action(int(action))
+
+    def set_threads(self, interactive: int, batch: int) -> None:
+        self.core.set_threads(int(interactive), int(batch))
+
+    @property
+    def threads(self) -> tuple:
+        """Current (interactive, batch) pool sizes."""
+        return tuple(self.core.threads)
+
+    def queue_length(self, cls: str) -> int:
+        return self.core.queue_length(_cls(cls))
+
+    @property
+    def engine(self):
+        return self._engine
+
+    # -- lifetime ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop accepting, finish every accepted request, stop the pools. Idempotent."""
+        core = getattr(self, "core", None)
+        if core is not None:
+            core.stop()
+        self._engine = None
+
+    def __enter__(self) -> "Middleware":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _error_for(code: int, message: str) -> Exception:
+    from nvmw import errors
+
+    by_code = {1: errors.NotFoundError, 2: errors.InvalidArgumentError, 3: errors.StorageIOError,
+               4: errors.CorruptionError, 5: errors.NoSpaceError, 6: errors.OverloadedError,
+               7: errors.ShutdownError, 8: errors.NotSupportedError}
+    return by_code.get(code, errors.NvmwError)(message)

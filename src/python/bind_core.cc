@@ -1,0 +1,369 @@
+// Bindings of the core: typed exceptions for Status codes, the engines and the
+// middleware. Blocking calls release the GIL; completions of async requests
+// re-acquire it on the worker thread.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "python/bind.h"
+
+namespace nvmw::py {
+
+namespace {
+
+// One Python exception class per Status code, created at import (nvmw.errors re-exports).
+PyObject* g_errors[16] = {};
+
+struct StatusError {
+  Status status;
+};
+
+PyObject* MakeError(nb::module_& m, const char* name, PyObject* bases, const char* doc) {
+  std::string qualified = std::string("nvmw.errors.") + name;
+  PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases, nullptr);
+  if (type == nullptr) throw nb::python_error();
+  m.attr(name) = nb::handle(type);
+  return type;
+}
+
+std::string_view View(const nb::bytes& b) { return {b.c_str(), b.size()}; }
+
+RequestClass ToClass(int cls) { return static_cast<RequestClass>(cls); }
+
+nb::dict ClassToDict(const ClassStats& s) {
+  nb::dict d;
+  d["ops"] = s.ops;
+  d["errors"] = s.errors;
+  d["rejected"] = s.rejected;
+  d["ops_per_s"] = s.ops_per_s;
+  d["bytes_per_s"] = s.bytes_per_s;
+  d["p50_us"] = s.p50_us;
+  d["p99_us"] = s.p99_us;
+  d["p999_us"] = s.p999_us;
+  d["mean_us"] = s.mean_us;
+  d["std_us"] = s.std_us;
+  d["max_us"] = s.max_us;
+  d["queue_len_end"] = s.queue_len_end;
+  d["queue_len_mean"] = s.queue_len_mean;
+  d["mean_block_bytes"] = s.mean_block_bytes;
+  d["write_ratio"] = s.write_ratio;
+  d["threads"] = s.threads;
+  return d;
+}
+
+PyMiddleware& Running(PyMiddleware& self) {
+  if (!self.mw) ThrowIfError(Status::Shutdown("middleware is closed"));
+  return self;
+}
+
+}  // namespace
+
+nb::dict StatsToDict(const WindowStats& w) {
+  nb::dict d;
+  d["seq"] = w.seq;
+  d["start_s"] = w.start_s;
+  d["duration_s"] = w.duration_s;
+  d["interactive"] = ClassToDict(w.interactive);
+  d["batch"] = ClassToDict(w.batch);
+  d["all"] = ClassToDict(w.all);
+  return d;
+}
+
+void ThrowIfError(const Status& status) {
+  if (status.ok()) return;
+  throw StatusError{status};
+}
+
+void BindCore(nb::module_& m) {
+  PyObject* base = MakeError(m, "NvmwError", PyExc_Exception, "Base class of every nvmw error.");
+  auto pair = [&](PyObject* other) { return PyTuple_Pack(2, base, other); };
+  using C = Status::Code;
+  g_errors[0] = base;
+  g_errors[int(C::kNotFound)] =
+      MakeError(m, "NotFoundError", pair(PyExc_KeyError), "Key or file does not exist.");
+  g_errors[int(C::kInvalidArgument)] = MakeError(
+      m, "InvalidArgumentError", pair(PyExc_ValueError), "Bad input: unknown class, oversized value, bad option.");
+  g_errors[int(C::kIOError)] =
+      MakeError(m, "StorageIOError", pair(PyExc_OSError), "The operating system refused (missing directory, permissions).");
+  g_errors[int(C::kCorruption)] =
+      MakeError(m, "CorruptionError", base, "Pool file damaged, or not an nvmw pool.");
+  g_errors[int(C::kNoSpace)] = MakeError(m, "NoSpaceError", base, "Pool full; the store is unchanged.");
+  g_errors[int(C::kOverloaded)] =
+      MakeError(m, "OverloadedError", base, "Queue full: the request was not accepted; retry later.");
+  g_errors[int(C::kShutdown)] = MakeError(m, "ShutdownError", base, "The middleware is stopped.");
+  g_errors[int(C::kNotSupported)] = MakeError(m, "NotSupportedError", base, "Operation not supported.");
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      PyObject* type = g_errors[static_cast<int>(e.status.code())];
+      if (type == nullptr) type = g_errors[0];
+      std::string msg = e.status.message().empty() ? Status::CodeName(e.status.code())
+                                                   : e.status.message();
+      PyErr_SetString(type, msg.c_str());
+    }
+  });
+
+  // ---- engines ----
+  nb::class_<PyEngine>(m, "Engine", "A key-value engine (pmem or memory). Thread-safe.")
+      .def_prop_ro("name", [](PyEngine& e) { return std::string(e.engine->Name()); })
+      .def(
+          "get",
+          [](PyEngine& e, nb::bytes key) -> nb::object {
+            std::string value;
+            Status s;
+            {
+              nb::gil_scoped_release release;
+              s = e.engine->Get(View(key), &value);
+            }
+            if (s.IsNotFound()) return nb::none();
+            ThrowIfError(s);
+            return nb::bytes(value.data(), value.size());
+          },
+          nb::arg("key"))
+      .def(
+          "put",
+          [](PyEngine& e, nb::bytes key, nb::bytes value) {
+            Status s;
+            {
+              nb::gil_scoped_release release;
+              s = e.engine->Put(View(key), View(value));
+            }
+            ThrowIfError(s);
+          },
+          nb::arg("key"), nb::arg("value"))
+      .def(
+          "remove",
+          [](PyEngine& e, nb::bytes key) {
+            Status s;
+            {
+              nb::gil_scoped_release release;
+              s = e.engine->Remove(View(key));
+            }
+            if (s.IsNotFound()) return false;
+            ThrowIfError(s);
+            return true;
+          },
+          nb::arg("key"))
+      .def(
+          "exists",
+          [](PyEngine& e, nb::bytes key) {
+            Status s = e.engine->Exists(View(key));
+            if (s.IsNotFound()) return false;
+            ThrowIfError(s);
+            return true;
+          },
+          nb::arg("key"))
+      .def("count", [](PyEngine& e) { return e.engine->Count(); });
+
+  m.def(
+      "open_pmem_engine",
+      [](const std::string& path, uint64_t pool_size_bytes, bool create_if_missing,
+         uint64_t bucket_count, uint64_t max_value_bytes) {
+        PmemOptions o;
+        o.pool_size_bytes = pool_size_bytes;
+        o.create_if_missing = create_if_missing;
+        o.bucket_count = bucket_count;
+        o.max_value_bytes = max_value_bytes;
+        auto h = std::make_shared<PyEngine>();
+        Status s;
+        {
+          nb::gil_scoped_release release;
+          s = OpenPmemEngine(path, o, &h->engine);
+        }
+        ThrowIfError(s);
+        return h;
+      },
+      nb::arg("path"), nb::arg("pool_size_bytes") = PmemOptions().pool_size_bytes,
+      nb::arg("create_if_missing") = true, nb::arg("bucket_count") = PmemOptions().bucket_count,
+      nb::arg("max_value_bytes") = PmemOptions().max_value_bytes,
+      "Open (or create) a persistent pool file.");
+  m.def(
+      "new_memory_engine",
+      [](uint32_t shards, uint64_t max_value_bytes) {
+        MemoryOptions o;
+        o.shards = shards;
+        o.max_value_bytes = max_value_bytes;
+        auto h = std::make_shared<PyEngine>();
+        h->engine = NewMemoryEngine(o);
+        return h;
+      },
+      nb::arg("shards") = MemoryOptions().shards,
+      nb::arg("max_value_bytes") = MemoryOptions().max_value_bytes);
+
+  // ---- middleware ----
+  nb::class_<PyMiddleware>(m, "Middleware", "The concurrency-control middleware over an engine.")
+      .def(
+          "__init__",
+          [](PyMiddleware* self, std::shared_ptr<PyEngine> engine, int interactive_threads,
+             int batch_threads, int max_threads, double window_s, bool control,
+             int no_control_max_inflight, uint64_t batch_threshold_bytes, size_t queue_capacity,
+             uint64_t max_value_bytes, int64_t spin_ns) {
+            if (!engine || !engine->engine)
+              ThrowIfError(Status::InvalidArgument("engine is closed or missing"));
+            MiddlewareOptions o;
+            o.max_threads = max_threads;
+            o.window_s = window_s;
+            o.control = control;
+            o.no_control_max_inflight = no_control_max_inflight;
+            o.batch_threshold_bytes = batch_threshold_bytes;
+            o.queue_capacity = queue_capacity;
+            o.max_value_bytes = max_value_bytes;
+            o.spin_ns = spin_ns;
+            auto mw = std::make_unique<Middleware>(o);
+            Status s = mw->Start(engine->engine.get(), interactive_threads, batch_threads);
+            ThrowIfError(s);
+            new (self) PyMiddleware{std::move(engine), std::move(mw)};
+          },
+          nb::arg("engine"), nb::arg("interactive_threads") = 1, nb::arg("batch_threads") = 1,
+          nb::arg("max_threads") = MiddlewareOptions().max_threads,
+          nb::arg("window_s") = MiddlewareOptions().window_s,
+          nb::arg("control") = MiddlewareOptions().control,
+          nb::arg("no_control_max_inflight") = MiddlewareOptions().no_control_max_inflight,
+          nb::arg("batch_threshold_bytes") = MiddlewareOptions().batch_threshold_bytes,
+          nb::arg("queue_capacity") = MiddlewareOptions().queue_capacity,
+          nb::arg("max_value_bytes") = MiddlewareOptions().max_value_bytes,
+          nb::arg("spin_ns") = MiddlewareOptions().spin_ns)
+      .def("stop",
+           [](PyMiddleware& self) {
+             if (!self.mw) return;
+             Status s;
+             {
+               nb::gil_scoped_release release;
+               s = self.mw->Stop();
+             }
+             self.mw.reset();
+             self.engine.reset();
+             ThrowIfError(s);
+           })
+      .def_prop_ro("running", [](PyMiddleware& self) { return self.mw && self.mw->running(); })
+      .def_prop_ro("engine", [](PyMiddleware& self) { return self.engine; })
+      .def(
+          "get",
+          [](PyMiddleware& self, nb::bytes key, int cls) -> nb::object {
+            Running(self);
+            std::string value;
+            Status s;
+            {
+              nb::gil_scoped_release release;
+              s = self.mw->Get(View(key), &value, ToClass(cls));
+            }
+            if (s.IsNotFound()) return nb::none();
+            ThrowIfError(s);
+            return nb::bytes(value.data(), value.size());
+          },
+          nb::arg("key"), nb::arg("cls") = 2)
+      .def(
+          "put",
+          [](PyMiddleware& self, nb::bytes key, nb::bytes value, int cls) {
+            Running(self);
+            Status s;
+            {
+              nb::gil_scoped_release release;
+              s = self.mw->Put(View(key), View(value), ToClass(cls));
+            }
+            ThrowIfError(s);
+          },
+          nb::arg("key"), nb::arg("value"), nb::arg("cls") = 2)
+      .def(
+          "remove",
+          [](PyMiddleware& self, nb::bytes key, int cls) {
+            Running(self);
+            Status s;
+            {
+              nb::gil_scoped_release release;
+              s = self.mw->Remove(View(key), ToClass(cls));
+            }
+            if (s.IsNotFound()) return false;
+            ThrowIfError(s);
+            return true;
+          },
+          nb::arg("key"), nb::arg("cls") = 2)
+      .def(
+          "submit",
+          [](PyMiddleware& self, int op, nb::bytes key, nb::bytes value, int cls,
+             nb::callable callback) {
+            Running(self);
+            if (op < 0 || op > 2) ThrowIfError(Status::InvalidArgument("op must be 0 (get), 1 (put) or 2 (remove)"));
+            Request r;
+            r.op = static_cast<OpType>(op);
+            r.key.assign(key.c_str(), key.size());
+            r.value.assign(value.c_str(), value.size());
+            r.cls = ToClass(cls);
+            // The callable is released with the GIL held (it is a Python object).
+            auto cb = std::make_shared<nb::object>(callback);
+            Completion done = [cb](const Status& s, std::string&& v) {
+              nb::gil_scoped_acquire acquire;
+              int code = static_cast<int>(s.code());
+              nb::object value = s.ok() ? nb::object(nb::bytes(v.data(), v.size())) : nb::none();
+              try {
+                (*cb)(code, s.message(), value);
+              } catch (nb::python_error& e) {
+                e.discard_as_unraisable("nvmw completion callback");
+              }
+              cb->reset();
+            };
+            Status s;
+            {
+              nb::gil_scoped_release release;
+              s = self.mw->Submit(std::move(r), std::move(done));
+            }
+            ThrowIfError(s);
+          },
+          nb::arg("op"), nb::arg("key"), nb::arg("value"), nb::arg("cls"), nb::arg("callback"),
+          "Async request; callback(code, message, value) runs on a worker thread.")
+      .def("get_stats", [](PyMiddleware& self) { return StatsToDict(Running(self).mw->GetStats()); })
+      .def("get_state",
+           [](PyMiddleware& self) {
+             State st = Running(self).mw->GetState();
+             return std::vector<double>(st.begin(), st.end());
+           })
+      .def(
+          "wait_for_window",
+          [](PyMiddleware& self, uint64_t after_seq, double timeout_s) {
+            Running(self);
+            WindowStats w;
+            Status s;
+            {
+              nb::gil_scoped_release release;
+              s = self.mw->WaitForWindow(after_seq, timeout_s, &w);
+            }
+            ThrowIfError(s);
+            return StatsToDict(w);
+          },
+          nb::arg("after_seq"), nb::arg("timeout_s") = 60.0)
+      .def("perform_action",
+           [](PyMiddleware& self, int action) { ThrowIfError(Running(self).mw->PerformAction(action)); })
+      .def("set_threads",
+           [](PyMiddleware& self, int interactive, int batch) {
+             Running(self);
+             Status s;
+             {
+               nb::gil_scoped_release release;
+               s = self.mw->SetThreads(interactive, batch);
+             }
+             ThrowIfError(s);
+           })
+      .def_prop_ro("threads",
+                   [](PyMiddleware& self) {
+                     int i = 0, b = 0;
+                     Running(self).mw->GetThreads(&i, &b);
+                     return std::make_pair(i, b);
+                   })
+      .def("queue_length",
+           [](PyMiddleware& self, int cls) { return Running(self).mw->QueueLength(ToClass(cls)); })
+      .def("classify", [](PyMiddleware& self, int op, size_t value_bytes, int hint) {
+        return static_cast<int>(
+            Running(self).mw->Classify(static_cast<OpType>(op), value_bytes, ToClass(hint)));
+      });
+}
+
+}  // namespace nvmw::py

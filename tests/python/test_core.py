@@ -1,0 +1,173 @@
+"""The Python API of the core: engines, middleware, typed errors, stats, control."""
+import os
+import threading
+
+import pytest
+
+import nvmw
+from nvmw import errors
+
+
+@pytest.fixture(params=["pmem", "memory"])
+def mw(request, shm_dir):
+    path = os.path.join(shm_dir, "t.pool") if request.param == "pmem" else None
+    m = nvmw.Middleware(path, engine=request.param, interactive_threads=2, batch_threads=1,
+                        window_s=0.05, pool_size=64 << 20)
+    yield m
+    m.close()
+
+
+def test_put_get_remove_roundtrip(mw):
+    assert mw.get(b"missing") is None
+    mw.put(b"k1", b"v1", cls="interactive")
+    mw.put("k2", b"x" * 200_000, cls="batch")
+    assert mw.get(b"k1") == b"v1"
+    assert mw.get("k2", cls="batch") == b"x" * 200_000
+    assert mw.remove(b"k1") is True
+    assert mw.remove(b"k1") is False
+    assert mw.get(b"k1") is None
+
+
+def test_binary_and_empty_values(mw):
+    key = bytes(range(256))
+    mw.put(key, b"")
+    assert mw.get(key) == b""
+    mw.put(key, bytes(range(256)) * 3)
+    assert mw.get(key) == bytes(range(256)) * 3
+
+
+def test_submit_returns_futures(mw):
+    futs = [mw.submit("put", f"a{i}", f"v{i}".encode(), cls="interactive") for i in range(200)]
+    assert [f.result(timeout=10) for f in futs] == [None] * 200
+    gets = [mw.submit("get", f"a{i}") for i in range(200)]
+    assert [g.result(timeout=10) for g in gets] == [f"v{i}".encode() for i in range(200)]
+    assert mw.submit("get", "nope").result(timeout=10) is None
+    assert mw.submit("remove", "a0").result(timeout=10) is True
+    assert mw.submit("remove", "a0").result(timeout=10) is False
+
+
+def test_bad_input_raises_typed_errors(mw):
+    with pytest.raises(errors.InvalidArgumentError):
+        mw.put(b"k", b"v", cls="bulk")
+    with pytest.raises(ValueError):  # InvalidArgumentError is also a ValueError
+        mw.get(b"k", cls="sometimes")
+    with pytest.raises(errors.InvalidArgumentError):
+        mw.put(b"", b"v")
+    with pytest.raises(errors.InvalidArgumentError):
+        mw.perform_action(9)
+    with pytest.raises(errors.InvalidArgumentError):
+        mw.set_threads(0, 1)
+    with pytest.raises(errors.InvalidArgumentError):
+        mw.set_threads(1, 33)
+    with pytest.raises(errors.InvalidArgumentError):
+        mw.submit("scan", b"k")
+    with pytest.raises(TypeError):
+        mw.put(b"k", 12)
+
+
+def test_oversized_value_is_rejected_and_nothing_lost(shm_dir):
+    with nvmw.Middleware(engine="memory", max_value_bytes=1024) as m:
+        m.put(b"k", b"old")
+        with pytest.raises(errors.InvalidArgumentError):
+            m.put(b"k", b"x" * 2048)
+        assert m.get(b"k") == b"old"
+
+
+def test_actions_and_threads(mw):
+    assert mw.threads == (2, 1)
+    mw.perform_action(1)  # I+1
+    assert mw.threads == (3, 1)
+    mw.perform_action(8)  # I-1, B-1 (B clamps at 1)
+    assert mw.threads == (2, 1)
+    mw.set_threads(5, 7)
+    assert mw.threads == (5, 7)
+    state = mw.get_state()
+    assert len(state) == len(nvmw.STATE_NAMES) == 8
+    assert state[0] == 5 and state[1] == 7
+
+
+def test_window_stats_have_documented_keys_and_count_requests():
+    # 0.5 s windows leave time to read each window before the next closes, so the
+    # sequence numbers we see are consecutive and every request is counted once.
+    with nvmw.Middleware(engine="memory", window_s=0.5) as m:
+        seq = m.wait_for_window(0, timeout_s=5)["seq"]
+        n = 300
+        for i in range(n):
+            m.put(f"s{i}", b"y" * 100, cls="interactive")
+        counted, stats = 0, None
+        while counted < n:
+            stats = m.wait_for_window(seq, timeout_s=5)
+            assert stats["seq"] == seq + 1
+            seq = stats["seq"]
+            counted += stats["interactive"]["ops"]
+        assert counted == n
+        for cls in ("interactive", "batch", "all"):
+            assert set(nvmw.CLASS_STAT_KEYS) <= set(stats[cls])
+
+
+def test_stats_describe_the_workload(mw):
+    seq = mw.get_stats()["seq"]
+    stats = mw.wait_for_window(seq, timeout_s=5)
+    seq = stats["seq"]
+    stop = threading.Event()
+
+    def writer():
+        while not stop.is_set():
+            mw.put(b"w", b"z" * 1000, cls="interactive")
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        stats = mw.wait_for_window(seq + 1, timeout_s=5)  # a full window under load
+    finally:
+        stop.set()
+        t.join()
+    inter = stats["interactive"]
+    assert inter["ops"] > 0
+    assert inter["write_ratio"] == 1.0
+    assert inter["mean_block_bytes"] == 1000
+    assert inter["p50_us"] <= inter["p99_us"] <= inter["max_us"] * 1.01
+    assert stats["batch"]["ops"] == 0
+
+
+def test_closed_middleware_raises_shutdown(shm_dir):
+    m = nvmw.Middleware(engine="memory")
+    m.close()
+    m.close()  # idempotent
+    with pytest.raises(errors.ShutdownError):
+        m.get(b"k")
+
+
+def test_no_control_mode(shm_dir):
+    with nvmw.Middleware(engine="memory", control=False, window_s=0.05) as m:
+        m.put(b"a", b"b")
+        assert m.get(b"a") == b"b"
+        assert m.submit("get", b"a").result(timeout=5) == b"b"
+
+
+def test_pmem_persists_across_reopen(shm_dir):
+    path = os.path.join(shm_dir, "p.pool")
+    with nvmw.Middleware(path, pool_size=64 << 20) as m:
+        for i in range(100):
+            m.put(f"k{i}", f"v{i}" * 10)
+    with nvmw.Middleware(path, create_if_missing=False) as m:
+        assert [m.get(f"k{i}") for i in range(100)] == [f"v{i}".encode() * 10 for i in range(100)]
+        assert m.engine.count() == 100
+
+
+def test_pmem_bad_paths(shm_dir):
+    with pytest.raises(errors.StorageIOError):
+        nvmw.Middleware(os.path.join(shm_dir, "no", "such", "dir", "x.pool"))
+    with pytest.raises(errors.NotFoundError):
+        nvmw.Middleware(os.path.join(shm_dir, "absent.pool"), create_if_missing=False)
+    foreign = os.path.join(shm_dir, "foreign.txt")
+    with open(foreign, "w") as f:
+        f.write("not a pool\n" * 1000)
+    with pytest.raises(errors.CorruptionError):
+        nvmw.Middleware(foreign)
+    with open(foreign) as f:
+        assert f.read() == "not a pool\n" * 1000  # untouched
+    with pytest.raises(errors.InvalidArgumentError):
+        nvmw.Middleware(None, engine="pmem")
+    with pytest.raises(errors.InvalidArgumentError):
+        nvmw.Middleware(engine="rocks")
