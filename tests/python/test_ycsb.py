@@ -80,7 +80,7 @@ def test_bad_config_is_rejected_clearly():
 
 def test_stopped_middleware_is_refused():
     mw = Middleware(engine="memory")
-    mw.close() if hasattr(mw, "close") else mw.core.stop()
+    mw.close()
     with pytest.raises(Exception, match="not running"):
         YcsbWorkload(mw, _small())
 
