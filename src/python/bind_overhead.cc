@@ -1,8 +1,52 @@
-// Bindings for this area (filled in by its owner).
+// Binding of the middleware overhead benchmark: `_core.run_overhead_bench(...) -> dict`
+// (used by `nvmw bench overhead`). Runs with the GIL released.
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/string.h>
+
+#include "bench/overhead_bench.h"
 #include "python/bind.h"
 
 namespace nvmw::py {
 
-void BindOverheadBench(nb::module_& m) {}
+void BindOverheadBench(nb::module_& m) {
+  const OverheadBenchOptions d;
+  m.def(
+      "run_overhead_bench",
+      [](uint64_t ops, uint64_t warmup_ops, uint64_t value_bytes, uint64_t keys,
+         uint64_t handoff_rounds, uint64_t nospin_ops, uint64_t async_ops, int async_submitters,
+         uint64_t async_window, int async_workers, double async_put_fraction, int64_t spin_ns) {
+        OverheadBenchOptions o;
+        o.ops = ops;
+        o.warmup_ops = warmup_ops;
+        o.value_bytes = value_bytes;
+        o.keys = keys;
+        o.handoff_rounds = handoff_rounds;
+        o.nospin_ops = nospin_ops;
+        o.async_ops = async_ops;
+        o.async_submitters = async_submitters;
+        o.async_window = async_window;
+        o.async_workers = async_workers;
+        o.async_put_fraction = async_put_fraction;
+        o.spin_ns = spin_ns;
+        std::map<std::string, double> out;
+        Status s;
+        {
+          nb::gil_scoped_release release;
+          s = RunOverheadBench(o, &out);
+        }
+        ThrowIfError(s);
+        return out;
+      },
+      nb::kw_only(), nb::arg("ops") = d.ops, nb::arg("warmup_ops") = d.warmup_ops,
+      nb::arg("value_bytes") = d.value_bytes, nb::arg("keys") = d.keys,
+      nb::arg("handoff_rounds") = d.handoff_rounds, nb::arg("nospin_ops") = d.nospin_ops,
+      nb::arg("async_ops") = d.async_ops, nb::arg("async_submitters") = d.async_submitters,
+      nb::arg("async_window") = d.async_window, nb::arg("async_workers") = d.async_workers,
+      nb::arg("async_put_fraction") = d.async_put_fraction, nb::arg("spin_ns") = d.spin_ns,
+      "Middleware overhead benchmark on a memory engine, all series in one run: sync Get "
+      "round trip through the middleware (middleware_p50_us/p99_us), the same Get on the "
+      "engine (direct_*), a mutex+condvar two-thread round trip (handoff_*), "
+      "ratio_p50_vs_handoff, the spin-free futex path (nospin_*), async_ops_per_s, cores.");
+}
 
 }  // namespace nvmw::py
