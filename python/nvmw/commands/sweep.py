@@ -1,0 +1,111 @@
+"""`nvmw sweep`: the thesis's concurrency sweep (4.2 / Appendix B): no-control baseline
+plus a grid of (interactive, batch) pool sizes, YCSB co-running with an SVD-like batch
+replay; writes sweep.csv, summary.json and sweep.png."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from nvmw._util import ensure_pmem_force, print_json
+
+
+def _int_list(text: str) -> tuple:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
+    return values
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "sweep", help="concurrency sweep: no control vs a grid of I/B pool sizes (CSV, JSON, PNG)",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-o", "--out", default="sweep-out", help="output directory (default %(default)s)")
+    p.add_argument("--quick", action="store_true",
+                   help="3x3 grid (I,B in 1,4,32), 2 reps of 2.5 s: under 3 minutes on 2 cores")
+    p.add_argument("--grid-i", type=_int_list, default=None,
+                   help="interactive pool sizes, e.g. 1,2,4 (default 1,2,4,8,16,32)")
+    p.add_argument("--grid-b", type=_int_list, default=None,
+                   help="batch pool sizes (default 1,2,4,8,16,24,32)")
+    p.add_argument("--reps", type=int, default=None, help="repetitions per configuration (default 3)")
+    p.add_argument("--duration", type=float, default=None, help="seconds per repetition (default 5)")
+    p.add_argument("--clients", type=int, default=None,
+                   help="client threads of YCSB and of the replay each (default 100)")
+    p.add_argument("--ycsb-clients", type=int, default=None)
+    p.add_argument("--batch-clients", type=int, default=None)
+    p.add_argument("--value-size", type=int, default=None, help="YCSB value bytes (default 128)")
+    p.add_argument("--read-proportion", type=float, default=None,
+                   help="YCSB reads, rest updates (default 0.5)")
+    p.add_argument("--distribution", choices=["zipfian", "uniform", "latest"], default=None)
+    p.add_argument("--records", type=int, default=None, help="YCSB records (default 10000)")
+    p.add_argument("--device", choices=["none", "optane-1dimm", "optane-6dimm"], default=None,
+                   help="emulated device profile (default none)")
+    p.add_argument("--engine", choices=["memory", "pmem"], default=None,
+                   help="engine (default memory; pmem pools live on /dev/shm)")
+    p.add_argument("--window", type=float, default=None, help="middleware window, s (default 1)")
+    p.add_argument("--interval", type=float, default=None,
+                   help="YCSB p99 sampling interval for the box plot, s (default 0.5)")
+    p.add_argument("--batch-scale", type=float, default=None,
+                   help="factor on the SVD object sizes (default 0.01: 800 KB blocks)")
+    p.add_argument("--batch-accel", type=float, default=None,
+                   help="SVD trace pace acceleration (default 1000: saturating)")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--no-plot", action="store_true", help="skip sweep.png")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON at the end")
+    p.set_defaults(func=run)
+
+
+def build_config(args: argparse.Namespace):
+    from nvmw.lab.sweep import SweepConfig, quick_config
+
+    over = {}
+    for arg, name in (("grid_i", "grid_i"), ("grid_b", "grid_b"), ("reps", "reps"),
+                      ("duration", "duration_s"), ("value_size", "value_bytes"),
+                      ("read_proportion", "read_proportion"), ("distribution", "distribution"),
+                      ("records", "record_count"), ("device", "device"), ("engine", "engine"),
+                      ("window", "window_s"), ("interval", "interval_s"),
+                      ("batch_scale", "batch_scale"), ("batch_accel", "batch_accel"),
+                      ("seed", "seed")):
+        value = getattr(args, arg)
+        if value is not None:
+            over[name] = value
+    if args.clients is not None:
+        over["ycsb_clients"] = over["batch_clients"] = args.clients
+    if args.ycsb_clients is not None:
+        over["ycsb_clients"] = args.ycsb_clients
+    if args.batch_clients is not None:
+        over["batch_clients"] = args.batch_clients
+    over["out_dir"] = args.out
+    over["plot"] = not args.no_plot
+    cfg = quick_config(**over) if args.quick else SweepConfig(**over)
+    return cfg.validate()
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        cfg = build_config(args)
+    except ValueError as e:
+        raise SystemExit(f"nvmw sweep: {e}")
+    if cfg.engine == "pmem":
+        ensure_pmem_force(args.argv)
+    from nvmw.lab.sweep import run_sweep
+
+    n = 1 + len(cfg.grid_i) * len(cfg.grid_b)
+    print(f"sweep: {n} configurations x {cfg.reps} reps x {cfg.duration_s:g} s, device {cfg.device}, "
+          f"engine {cfg.engine}, {cfg.ycsb_clients}+{cfg.batch_clients} clients -> {cfg.out_dir}",
+          file=sys.stderr, flush=True)
+    summary = run_sweep(cfg, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    if args.json:
+        print_json({k: v for k, v in summary.items() if k != "configs"})
+    else:
+        print(f"baseline p99 {summary['baseline_p99_us']:.1f} us, best {summary['best_p99_us']:.1f} us "
+              f"at {summary['best_p99_config']} ({summary['p99_improvement_x']}x lower)")
+        print(f"baseline batch {summary['baseline_throughput']:.0f} ops/s, best "
+              f"{summary['best_throughput']:.0f} ops/s at {summary['best_throughput_config']} "
+              f"({summary['throughput_improvement_x']}x)")
+        for kind, path in summary.get("files", {}).items():
+            print(f"{kind}: {path}")
+    return 0
