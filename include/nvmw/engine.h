@@ -69,12 +69,22 @@ struct PmemOptions {
   uint32_t max_key_bytes = 64 * 1024;
   // Largest value accepted (InvalidArgument above it). libpmemobj's own limit is ~16 GB.
   uint64_t max_value_bytes = 1ull << 30;
+  // Map every page of the pool at open (madvise MADV_POPULATE_WRITE; contents are
+  // not changed) so that first writes do not page-fault. On tmpfs a first touch
+  // allocates and zeroes a 4 KB page, which costs more than copying into it; real
+  // pmem (DAX) has no such cost. Open then takes time proportional to the pool
+  // size and the whole pool becomes resident: leave off for large sparse pools.
+  // Best effort: ignored where the kernel lacks MADV_POPULATE_WRITE (< 5.14).
+  bool prefault = false;
 };
 
 // Opens (or creates) the pool at `path`. Errors: IOError for a missing directory
 // or unreadable file, Corruption for a damaged pool or a file that is not an nvmw
 // pool, NotFound when the file is missing and create_if_missing is false.
-// On success *engine owns the open pool; destroying it closes the pool.
+// On success *engine owns the open pool; destroying it closes the pool. A pool is
+// open in at most one engine (and process) at a time: a second open is IOError.
+// Put and Remove are atomic and durable when they return OK; on-media layout and
+// recovery are described in docs/engine.md.
 Status OpenPmemEngine(const std::string& path, const PmemOptions& options,
                       std::unique_ptr<Engine>* engine);
 

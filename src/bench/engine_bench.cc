@@ -123,6 +123,7 @@ Status RunEngineBench(const EngineBenchOptions& options, std::map<std::string, d
                     options.large_keys * (options.large_bytes + 160);
     po.pool_size_bytes = options.pool_size_bytes != 0 ? options.pool_size_bytes
                                                       : 2 * data + (64ull << 20);
+    po.prefault = options.prefault;
     Status s = OpenPmemEngine(pool_path, po, &engine);
     if (!s.ok()) return s;
   } else {
@@ -153,6 +154,7 @@ Status RunEngineBench(const EngineBenchOptions& options, std::map<std::string, d
   (*out)["threads"] = options.threads;
   (*out)["small_bytes"] = static_cast<double>(options.small_bytes);
   (*out)["large_bytes"] = lb;
+  (*out)["prefault"] = options.prefault && options.engine == "pmem" ? 1 : 0;
   return Status::OK();
 }
 

@@ -11,6 +11,7 @@
 // it, the new value is durable. Lock stripes live in DRAM and are rebuilt at open.
 #include <libpmemobj.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -466,6 +467,10 @@ Status OpenPmemEngine(const std::string& path, const PmemOptions& options,
   auto pmem = std::make_unique<PmemEngine>(pop, options);
   Status s = pmem->Init(path, options.bucket_count, created);
   if (!s.ok()) return s;  // the destructor closes the pool
+  if (options.prefault && stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+    // A single-file pool is mapped whole, header first, at `pop`.
+    madvise(pop, static_cast<size_t>(st.st_size), MADV_POPULATE_WRITE);
+  }
   *engine = std::move(pmem);
   return Status::OK();
 }
