@@ -1,8 +1,397 @@
-// Bindings for this area (filled in by its owner).
+// Python bindings of the traces (`_core.Trace`, readers, synthesis, filters,
+// transforms) and of the open-loop replay (`_core.Replay`). Options travel as
+// dicts keyed by the C++ option field names; blocking calls release the GIL.
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "nvmw/replay.h"
+#include "nvmw/trace.h"
 #include "python/bind.h"
 
 namespace nvmw::py {
 
-void BindTrace(nb::module_& m) {}
+namespace {
+
+[[noreturn]] void Bad(const std::string& msg) {
+  ThrowIfError(Status::InvalidArgument(msg));
+  throw std::logic_error(msg);  // unreachable: ThrowIfError raised
+}
+
+uint64_t ToUint(const char* what, const std::string& key, nb::handle v) {
+  double d = nb::cast<double>(v);
+  if (!(d >= 0) || d != std::floor(d) || d > 9.0e18) {
+    Bad(std::string(what) + ": " + key + " must be a non-negative integer");
+  }
+  return static_cast<uint64_t>(d);
+}
+
+TraceFormat ToFormat(const std::string& name) {
+  TraceFormat f;
+  ThrowIfError(ParseTraceFormat(name, &f));
+  return f;
+}
+
+TraceOp ToOp(const std::string& op) {
+  if (op == "read" || op == "r" || op == "get") return TraceOp::kRead;
+  if (op == "write" || op == "w" || op == "put") return TraceOp::kWrite;
+  Bad("trace: op '" + op + "' is not read or write");
+}
+
+RequestClass ToClass(const std::string& cls) {
+  if (cls == "interactive") return RequestClass::kInteractive;
+  if (cls == "batch") return RequestClass::kBatch;
+  if (cls == "auto") return RequestClass::kAuto;
+  Bad("replay: class '" + cls + "' is not interactive, batch or auto");
+}
+
+AzureSynthOptions AzureFromDict(const nb::dict& d) {
+  AzureSynthOptions o;
+  for (auto [k, v] : d) {
+    std::string key = nb::cast<std::string>(k);
+    if (v.is_none()) continue;
+    if (key == "rows") o.rows = ToUint("azure synth", key, v);
+    else if (key == "seed") o.seed = ToUint("azure synth", key, v);
+    else if (key == "accesses_per_s") o.accesses_per_s = nb::cast<double>(v);
+    else if (key == "new_blob_fraction") o.new_blob_fraction = nb::cast<double>(v);
+    else if (key == "write_fraction") o.write_fraction = nb::cast<double>(v);
+    else if (key == "start_unix_ms") o.start_unix_ms = nb::cast<int64_t>(v);
+    else if (key == "max_blob_bytes") o.max_blob_bytes = ToUint("azure synth", key, v);
+    else Bad("azure synth: unknown option '" + key + "'");
+  }
+  return o;
+}
+
+SvdSynthOptions SvdFromDict(const nb::dict& d) {
+  SvdSynthOptions o;
+  for (auto [k, v] : d) {
+    std::string key = nb::cast<std::string>(k);
+    if (v.is_none()) continue;
+    if (key == "rows") o.rows = ToUint("svd synth", key, v);
+    else if (key == "seed") o.seed = ToUint("svd synth", key, v);
+    else if (key == "tasks") o.tasks = static_cast<int>(std::min<uint64_t>(ToUint("svd synth", key, v), 1u << 30));
+    else if (key == "block_bytes") o.block_bytes = ToUint("svd synth", key, v);
+    else if (key == "r_bytes") o.r_bytes = ToUint("svd synth", key, v);
+    else if (key == "stacked_r_bytes") o.stacked_r_bytes = ToUint("svd synth", key, v);
+    else if (key == "factor_bytes") o.factor_bytes = ToUint("svd synth", key, v);
+    else if (key == "singular_values_bytes") o.singular_values_bytes = ToUint("svd synth", key, v);
+    else if (key == "task_ms") o.task_ms = nb::cast<double>(v);
+    else if (key == "gap_between_jobs_ms") o.gap_between_jobs_ms = nb::cast<double>(v);
+    else Bad("svd synth: unknown option '" + key + "'");
+  }
+  return o;
+}
+
+TraceFilter FilterFromDict(const nb::dict& d) {
+  TraceFilter f;
+  for (auto [k, v] : d) {
+    std::string key = nb::cast<std::string>(k);
+    if (v.is_none()) continue;
+    if (key == "start_s") f.start_s = nb::cast<double>(v);
+    else if (key == "end_s") f.end_s = nb::cast<double>(v);
+    else if (key == "min_bytes") f.min_bytes = ToUint("trace filter", key, v);
+    else if (key == "max_bytes") f.max_bytes = ToUint("trace filter", key, v);
+    else if (key == "max_records") f.max_records = ToUint("trace filter", key, v);
+    else if (key == "rebase") f.rebase = nb::cast<bool>(v);
+    else Bad("trace filter: unknown option '" + key + "'");
+  }
+  return f;
+}
+
+TraceTransform TransformFromDict(const nb::dict& d) {
+  TraceTransform t;
+  for (auto [k, v] : d) {
+    std::string key = nb::cast<std::string>(k);
+    if (v.is_none()) continue;
+    if (key == "fixed_bytes") t.fixed_bytes = static_cast<int64_t>(ToUint("trace transform", key, v));
+    else if (key == "write_ratio") t.write_ratio = nb::cast<double>(v);
+    else if (key == "key_space") t.key_space = ToUint("trace transform", key, v);
+    else if (key == "key_prefix") t.key_prefix = nb::cast<std::string>(v);
+    else if (key == "seed") t.seed = ToUint("trace transform", key, v);
+    else Bad("trace transform: unknown option '" + key + "'");
+  }
+  return t;
+}
+
+ReplayOptions ReplayFromDict(const nb::dict& d) {
+  ReplayOptions o;
+  for (auto [k, v] : d) {
+    std::string key = nb::cast<std::string>(k);
+    if (v.is_none()) continue;
+    if (key == "threads") o.threads = static_cast<int>(std::min<uint64_t>(ToUint("replay", key, v), 1u << 30));
+    else if (key == "cls") o.cls = ToClass(nb::cast<std::string>(v));
+    else if (key == "accel") o.accel = nb::cast<double>(v);
+    else if (key == "loop") o.loop = nb::cast<bool>(v);
+    else if (key == "duration_s") o.duration_s = nb::cast<double>(v);
+    else if (key == "preload") o.preload = nb::cast<bool>(v);
+    else if (key == "preload_threads") o.preload_threads = static_cast<int>(std::min<uint64_t>(ToUint("replay", key, v), 1u << 30));
+    else if (key == "seed") o.seed = ToUint("replay", key, v);
+    else Bad("replay: unknown option '" + key + "'");
+  }
+  return o;
+}
+
+nb::dict SummaryToDict(const TraceSummary& s) {
+  nb::dict d;
+  d["rows"] = s.rows;
+  d["reads"] = s.reads;
+  d["writes"] = s.writes;
+  d["skipped_rows"] = s.skipped_rows;
+  d["distinct_keys"] = s.distinct_keys;
+  d["bytes_p50"] = s.bytes_p50;
+  d["bytes_p99"] = s.bytes_p99;
+  d["bytes_max"] = s.bytes_max;
+  d["bytes_mean"] = s.bytes_mean;
+  d["duration_s"] = s.duration_s;
+  d["accesses_per_s"] = s.accesses_per_s;
+  return d;
+}
+
+nb::dict OpToDict(const ReplayOpStats& s) {
+  nb::dict d;
+  d["ops"] = s.ops;
+  d["errors"] = s.errors;
+  d["not_found"] = s.not_found;
+  d["bytes"] = s.bytes;
+  d["p50_us"] = s.p50_us;
+  d["p99_us"] = s.p99_us;
+  d["p999_us"] = s.p999_us;
+  d["mean_us"] = s.mean_us;
+  d["max_us"] = s.max_us;
+  d["service_p50_us"] = s.service_p50_us;
+  d["service_p99_us"] = s.service_p99_us;
+  d["service_mean_us"] = s.service_mean_us;
+  return d;
+}
+
+nb::dict ResultToDict(const ReplayResult& r) {
+  nb::dict d;
+  d["read"] = OpToDict(r.read);
+  d["write"] = OpToDict(r.write);
+  d["all"] = OpToDict(r.all);
+  d["elapsed_s"] = r.elapsed_s;
+  d["ops_per_s"] = r.ops_per_s;
+  d["bytes_per_s"] = r.bytes_per_s;
+  d["errors"] = r.errors;
+  d["passes"] = r.passes;
+  d["lag_p50_us"] = r.lag_p50_us;
+  d["lag_p99_us"] = r.lag_p99_us;
+  d["preloaded_keys"] = r.preloaded_keys;
+  d["preload_s"] = r.preload_s;
+  d["offered_ops_per_s"] = r.offered_ops_per_s;
+  d["stopped"] = r.stopped;
+  return d;
+}
+
+Middleware* RunningMiddleware(PyMiddleware& h) {
+  if (!h.mw || !h.mw->running()) ThrowIfError(Status::Shutdown("replay: middleware is not running"));
+  return h.mw.get();
+}
+
+using RecordTuple = std::tuple<int64_t, std::string, std::string, uint64_t>;
+
+}  // namespace
+
+void BindTrace(nb::module_& m) {
+  nb::class_<Trace>(m, "Trace",
+                    "A storage-access trace: records (time_us, op, key, bytes) sorted by time.")
+      .def(nb::init<>())
+      .def("__len__", [](const Trace& t) { return t.records.size(); })
+      .def_prop_ro("origin_unix_ms", [](const Trace& t) { return t.origin_unix_ms; })
+      .def_prop_ro("skipped_rows", [](const Trace& t) { return t.skipped_rows; })
+      .def_prop_ro("first_skip_reason", [](const Trace& t) { return t.first_skip_reason; })
+      .def(
+          "records",
+          [](const Trace& t) {
+            std::vector<RecordTuple> out;
+            out.reserve(t.records.size());
+            for (const TraceRecord& r : t.records) {
+              out.emplace_back(r.time_us, r.op == TraceOp::kRead ? "read" : "write", r.key, r.bytes);
+            }
+            return out;
+          },
+          "List of (time_us, 'read'|'write', key, bytes).")
+      .def_static(
+          "from_records",
+          [](const std::vector<RecordTuple>& recs, int64_t origin_unix_ms) {
+            Trace t;
+            t.origin_unix_ms = origin_unix_ms;
+            t.records.reserve(recs.size());
+            for (const auto& [time_us, op, key, bytes] : recs) {
+              if (key.empty()) Bad("trace: empty key");
+              if (time_us < 0) Bad("trace: negative time_us");
+              t.records.push_back({time_us, ToOp(op), key, bytes});
+            }
+            std::stable_sort(t.records.begin(), t.records.end(),
+                             [](const TraceRecord& a, const TraceRecord& b) { return a.time_us < b.time_us; });
+            return t;
+          },
+          nb::arg("records"), nb::arg("origin_unix_ms") = 0,
+          "Build a trace from (time_us, op, key, bytes) tuples (sorted by time).")
+      .def("summary", [](const Trace& t) { return SummaryToDict(SummarizeTrace(t)); })
+      .def(
+          "filter",
+          [](const Trace& t, const nb::dict& d) {
+            Trace out;
+            ThrowIfError(FilterTrace(t, FilterFromDict(d), &out));
+            return out;
+          },
+          nb::arg("options"), "New trace: time window, size range, record cap (dict of TraceFilter fields).")
+      .def(
+          "transform",
+          [](const Trace& t, const nb::dict& d) {
+            Trace out;
+            ThrowIfError(TransformTrace(t, TransformFromDict(d), &out));
+            return out;
+          },
+          nb::arg("options"), "New trace: fixed size, write ratio, key space, key prefix.")
+      .def(
+          "to_text",
+          [](const Trace& t, const std::string& format, uint64_t seed, bool shuffle) {
+            std::string out;
+            ThrowIfError(FormatTrace(t, ToFormat(format), seed, shuffle, &out));
+            return out;
+          },
+          nb::arg("format") = "native", nb::arg("seed") = 0, nb::arg("shuffle") = false)
+      .def(
+          "write",
+          [](const Trace& t, const std::string& path, const std::string& format, uint64_t seed, bool shuffle) {
+            Status s;
+            TraceFormat f = ToFormat(format);
+            {
+              nb::gil_scoped_release release;
+              s = WriteTrace(path, t, f, seed, shuffle);
+            }
+            ThrowIfError(s);
+          },
+          nb::arg("path"), nb::arg("format") = "native", nb::arg("seed") = 0, nb::arg("shuffle") = false);
+
+  m.def(
+      "read_trace",
+      [](const std::string& path, const std::string& format, bool skip_malformed, nb::object start_unix_ms,
+         nb::object end_unix_ms, uint64_t max_rows) {
+        TraceReadOptions o;
+        o.format = ToFormat(format);
+        o.skip_malformed = skip_malformed;
+        if (!start_unix_ms.is_none()) o.start_unix_ms = nb::cast<int64_t>(start_unix_ms);
+        if (!end_unix_ms.is_none()) o.end_unix_ms = nb::cast<int64_t>(end_unix_ms);
+        o.max_rows = max_rows;
+        Trace t;
+        Status s;
+        {
+          nb::gil_scoped_release release;
+          s = ReadTrace(path, o, &t);
+        }
+        ThrowIfError(s);
+        return t;
+      },
+      nb::arg("path"), nb::arg("format") = "azure", nb::arg("skip_malformed") = false,
+      nb::arg("start_unix_ms") = nb::none(), nb::arg("end_unix_ms") = nb::none(), nb::arg("max_rows") = 0,
+      "Read an azure or native trace file; malformed rows raise (message names the line) or, "
+      "with skip_malformed, are dropped and counted in Trace.skipped_rows.");
+  m.def(
+      "parse_trace",
+      [](const std::string& text, const std::string& format, bool skip_malformed, const std::string& source_name) {
+        TraceReadOptions o;
+        o.format = ToFormat(format);
+        o.skip_malformed = skip_malformed;
+        o.source_name = source_name;
+        Trace t;
+        ThrowIfError(ParseTrace(text, o, &t));
+        return t;
+      },
+      nb::arg("text"), nb::arg("format") = "azure", nb::arg("skip_malformed") = false,
+      nb::arg("source_name") = "trace");
+  m.def(
+      "synth_azure",
+      [](const nb::dict& d) {
+        AzureSynthOptions o = AzureFromDict(d);
+        Trace t;
+        Status s;
+        {
+          nb::gil_scoped_release release;
+          s = SynthesizeAzure(o, &t);
+        }
+        ThrowIfError(s);
+        return t;
+      },
+      nb::arg("options") = nb::dict(), "Azure-Functions-like trace (dict of AzureSynthOptions fields).");
+  m.def(
+      "synth_svd",
+      [](const nb::dict& d) {
+        SvdSynthOptions o = SvdFromDict(d);
+        Trace t;
+        Status s;
+        {
+          nb::gil_scoped_release release;
+          s = SynthesizeSvd(o, &t);
+        }
+        ThrowIfError(s);
+        return t;
+      },
+      nb::arg("options") = nb::dict(), "Wukong-SVD-like trace (dict of SvdSynthOptions fields).");
+
+  nb::class_<Replay>(m, "Replay",
+                     "Open-loop trace replay through a Middleware (latency from the scheduled time).")
+      .def(
+          "__init__",
+          [](Replay* self, const Trace& trace, const nb::dict& options) {
+            new (self) Replay(trace, ReplayFromDict(options));
+          },
+          nb::arg("trace"), nb::arg("options") = nb::dict())
+      .def(
+          "start",
+          [](Replay& r, PyMiddleware& h) {
+            Middleware* mw = RunningMiddleware(h);
+            Status s;
+            {
+              nb::gil_scoped_release release;
+              s = r.Start(mw);
+            }
+            ThrowIfError(s);
+          },
+          nb::arg("middleware"), nb::keep_alive<1, 2>(),
+          "Preload (first time) and start the clients in the background.")
+      .def("stop", [](Replay& r) { r.Stop(); }, "Ask the clients to stop issuing (non-blocking).")
+      .def(
+          "join",
+          [](Replay& r) {
+            ReplayResult res;
+            Status s;
+            {
+              nb::gil_scoped_release release;
+              s = r.Join(&res);
+            }
+            ThrowIfError(s);
+            return ResultToDict(res);
+          },
+          "Wait for the clients; returns the result dict.")
+      .def(
+          "run",
+          [](Replay& r, PyMiddleware& h) {
+            Middleware* mw = RunningMiddleware(h);
+            ReplayResult res;
+            Status s;
+            {
+              nb::gil_scoped_release release;
+              s = r.Run(mw, &res);
+            }
+            ThrowIfError(s);
+            return ResultToDict(res);
+          },
+          nb::arg("middleware"), nb::keep_alive<1, 2>())
+      .def_prop_ro("running", &Replay::running)
+      .def_prop_ro("issued", &Replay::issued)
+      .def_prop_ro("completed", &Replay::completed)
+      .def_prop_ro("offered_ops_per_s", &Replay::OfferedOpsPerSecond)
+      .def("__len__", [](const Replay& r) { return r.trace().records.size(); });
+}
 
 }  // namespace nvmw::py

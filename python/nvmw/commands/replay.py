@@ -1,0 +1,120 @@
+"""`nvmw replay`: replay a trace file open-loop against a fresh middleware and print the
+client-side results (latency counted from each request's scheduled time)."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+from typing import Iterator, Optional
+
+from nvmw._util import cores, ensure_pmem_force, print_json
+
+
+@contextlib.contextmanager
+def pool_path(engine: str, path: Optional[str], argv: list, prefix: str) -> Iterator[Optional[str]]:
+    """The pmem pool path to use: `path`, or a temporary pool on /dev/shm removed afterwards."""
+    if engine != "pmem" or path is not None:
+        yield path
+        return
+    ensure_pmem_force(argv)  # the temporary pool lives on tmpfs
+    pool_dir = tempfile.mkdtemp(prefix=prefix, dir="/dev/shm")
+    tmp = os.path.join(pool_dir, "nvmw.pool")
+    try:
+        yield tmp
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        with contextlib.suppress(OSError):
+            os.rmdir(pool_dir)
+
+
+def add_middleware_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engine", choices=["memory", "pmem"], default="memory")
+    p.add_argument("--path", default=None,
+                   help="pmem pool file (default: a temporary pool in /dev/shm, removed afterwards)")
+    p.add_argument("--device", default="none",
+                   help="emulated device profile: none | optane-1dimm | optane-6dimm (default %(default)s)")
+    p.add_argument("--window", type=float, default=1.0, help="monitor window, s (default %(default)s)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "replay", help="replay a trace open-loop through the middleware",
+        description="Client threads issue the trace's records at their scheduled times "
+        "(offsets / --accel); latency counts from the scheduled time, so falling behind shows. "
+        "Keys the trace reads are preloaded first. Filters, then transforms, then replay.")
+    p.add_argument("file")
+    p.add_argument("--format", choices=["azure", "native"], default="azure")
+    p.add_argument("--skip-malformed", action="store_true", help="drop and count malformed rows")
+    p.add_argument("--class", dest="cls", choices=["interactive", "batch", "auto"], default="interactive")
+    p.add_argument("--threads", type=int, default=16, help="client threads (default %(default)s)")
+    p.add_argument("--accel", type=float, default=1.0, help="pace acceleration (default %(default)s)")
+    p.add_argument("--loop", action="store_true", help="start over at the end (needs --duration)")
+    p.add_argument("--duration", type=float, default=0.0, help="stop issuing after this many seconds")
+    f = p.add_argument_group("filters and transforms")
+    f.add_argument("--start", type=float, default=None, help="keep records at or after this offset, s")
+    f.add_argument("--end", type=float, default=None, help="keep records before this offset, s")
+    f.add_argument("--min-size", type=int, default=None)
+    f.add_argument("--max-size", type=int, default=None)
+    f.add_argument("--max-records", type=int, default=None)
+    f.add_argument("--fixed-size", type=int, default=None, help="every request gets this many bytes")
+    f.add_argument("--write-ratio", type=float, default=None, help="exact fraction of writes")
+    f.add_argument("--key-space", type=int, default=None, help="map keys onto this many keys")
+    p.add_argument("--seed", type=int, default=0)
+    m = p.add_argument_group("middleware")
+    add_middleware_args(m)
+    m.add_argument("--no-control", action="store_true", help="thesis baseline: no pools")
+    m.add_argument("--interactive-threads", type=int, default=4)
+    m.add_argument("--batch-threads", type=int, default=4)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from nvmw.errors import NvmwError
+    from nvmw.lab import traces
+    from nvmw.middleware import Middleware
+
+    try:
+        opts = traces.replay_options(threads=args.threads, cls=args.cls, accel=args.accel,
+                                     loop=args.loop, duration_s=args.duration, seed=args.seed)
+        trace = traces.read_trace(args.file, args.format, skip_malformed=args.skip_malformed)
+        trace = traces.shape(trace, start_s=args.start, end_s=args.end, min_bytes=args.min_size,
+                             max_bytes=args.max_size, max_records=args.max_records,
+                             fixed_bytes=args.fixed_size, write_ratio=args.write_ratio,
+                             key_space=args.key_space, seed=args.seed)
+        if len(trace) == 0:
+            raise ValueError("no records left after filtering")
+        with pool_path(args.engine, args.path, getattr(args, "argv", sys.argv[1:]), "nvmw-replay-") as path:
+            with Middleware(path, engine=args.engine, interactive_threads=args.interactive_threads,
+                            batch_threads=args.batch_threads, window_s=args.window,
+                            control=not args.no_control, device=args.device) as mw:
+                from nvmw import _core
+
+                result = _core.Replay(trace, opts).run(mw.core)
+    except (NvmwError, ValueError, OSError) as e:
+        print(f"nvmw replay: {e}", file=sys.stderr)
+        return 2
+    result["trace"] = traces.trace_stats(trace)
+    result["options"] = opts
+    result["middleware"] = {"engine": args.engine, "device": args.device, "control": not args.no_control,
+                            "interactive_threads": args.interactive_threads,
+                            "batch_threads": args.batch_threads, "window_s": args.window}
+    result["cores"] = cores()
+    if args.json:
+        print_json(result)
+        return 0
+    print(f"replayed {result['all']['ops']} of {len(trace)} records x{result['passes']} pass(es) "
+          f"in {result['elapsed_s']:.3f} s (offered {result['offered_ops_per_s']:.0f} ops/s, "
+          f"preloaded {result['preloaded_keys']} keys)")
+    print(f"{'op':<7}{'ops':>9}{'p50 us':>11}{'p99 us':>11}{'p99.9 us':>11}{'max us':>11}"
+          f"{'svc p99':>11}{'errors':>8}{'notfound':>9}")
+    for name in ("read", "write", "all"):
+        s = result[name]
+        print(f"{name:<7}{s['ops']:>9}{s['p50_us']:>11.1f}{s['p99_us']:>11.1f}{s['p999_us']:>11.1f}"
+              f"{s['max_us']:>11.1f}{s['service_p99_us']:>11.1f}{s['errors']:>8}{s['not_found']:>9}")
+    print(f"throughput {result['ops_per_s']:.0f} ops/s, {result['bytes_per_s'] / 1e6:.1f} MB/s; "
+          f"issue lag p99 {result['lag_p99_us']:.0f} us ({cores()} cores)")
+    return 0

@@ -1,0 +1,71 @@
+"""`nvmw run-phase N`: run one of the thesis's RL phases (Appendix C) co-located on a
+fresh middleware under a controller and print one line of statistics per window."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from nvmw._util import cores, print_json
+from nvmw.commands.replay import add_middleware_args, pool_path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run-phase", help="run an RL phase (interactive + batch trace replays) under a controller",
+        description="Co-run a phase's interactive (Azure-like) and batch (SVD-like) replays "
+        "on a fresh middleware; each window prints threads, ops/s, interactive p99, batch "
+        "throughput and queue lengths. Controllers: none (no-control mode), fixed:I,B, or any "
+        "kind registered with nvmw.lab.phases.register_controller.")
+    p.add_argument("phase", help="phase number (1-4) or a phase TOML file")
+    p.add_argument("--duration", type=float, default=30.0, help="seconds (default %(default)s)")
+    p.add_argument("--controller", default="fixed:10,10", help="none | fixed:I,B | ... (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="workload seed (same seed, same traces)")
+    p.add_argument("--rate-scale", type=float, default=1.0,
+                   help="multiply both classes' offered rates (default %(default)s)")
+    add_middleware_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    p.set_defaults(func=run)
+
+
+def _print_row(row: dict) -> None:
+    print(f"{row['seq']:>5} {row['interactive_threads']:>3}/{row['batch_threads']:<3}"
+          f"{row['ops_per_s']:>10.0f}{row['interactive_p99_us']:>12.0f}{row['batch_ops_per_s']:>10.0f}"
+          f"{row['batch_bytes_per_s'] / 1e6:>10.1f}{row['interactive_queue']:>8}{row['batch_queue']:>8}",
+          flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from nvmw.errors import NvmwError
+    from nvmw.lab.phases import load_phase, make_controller, run_phase
+
+    try:
+        phase = load_phase(args.phase)
+        controller = make_controller(args.controller)
+    except (ValueError, OSError) as e:
+        print(f"nvmw run-phase: {e}", file=sys.stderr)
+        return 2
+    if not args.json:
+        print(f"phase {phase.number}: {phase.description}")
+        print(f"controller {getattr(controller, 'name', args.controller)}, engine {args.engine}, "
+              f"device {args.device}, window {args.window} s, {cores()} cores")
+        print(f"{'win':>5} {'I/B':<7}{'ops/s':>10}{'I p99 us':>12}{'B ops/s':>10}{'B MB/s':>10}"
+              f"{'I queue':>8}{'B queue':>8}")
+    try:
+        with pool_path(args.engine, args.path, getattr(args, "argv", sys.argv[1:]), "nvmw-phase-") as path:
+            result = run_phase(phase, duration_s=args.duration, controller=controller,
+                               window_s=args.window, engine=args.engine, path=path,
+                               device=None if args.device == "none" else args.device,
+                               seed=args.seed, rate_scale=args.rate_scale,
+                               on_window=None if args.json else _print_row)
+    except (NvmwError, ValueError, OSError) as e:
+        print(f"nvmw run-phase: {e}", file=sys.stderr)
+        return 2
+    result["cores"] = cores()
+    if args.json:
+        print_json(result)
+    else:
+        for cls, r in result["replay"].items():
+            print(f"{cls}: {r['all']['ops']} requests, {r['ops_per_s']:.0f} ops/s "
+                  f"(offered {r['offered_ops_per_s']:.0f}), p99 from schedule {r['all']['p99_us']:.0f} us, "
+                  f"errors {r['errors']}")
+    return 0

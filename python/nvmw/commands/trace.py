@@ -1,0 +1,95 @@
+"""`nvmw trace synth|stats`: write synthetic traces (Azure-like, Wukong-SVD-like) and
+summarise trace files (Azure Functions Blob 2020 CSV or native CSV)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from nvmw._util import print_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("trace", help="synthesise or summarise storage-access traces",
+                       description="Synthetic traces and trace statistics (docs/workloads-trace.md).")
+    tsub = p.add_subparsers(dest="trace_command", metavar="ACTION")
+    tsub.required = True
+
+    s = tsub.add_parser("synth", help="write a synthetic trace",
+                        description="azure: Azure-Functions-like accesses in the released 11-column "
+                        "schema (defaults follow the published statistics); svd: Wukong tall-skinny "
+                        "SVD task-graph I/O in the native format.")
+    s.add_argument("kind", choices=["azure", "svd"])
+    s.add_argument("-o", "--output", required=True, help="file to write")
+    s.add_argument("--rows", type=int, default=10_000, help="records (default %(default)s)")
+    s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--format", choices=["azure", "native"], default=None,
+                   help="output format (default: azure for azure, native for svd)")
+    s.add_argument("--sorted", action="store_true",
+                   help="azure format: write rows in time order (the released file is unsorted)")
+    a = s.add_argument_group("azure options")
+    a.add_argument("--rate", type=float, default=None, help="accesses/s (default 36.6, the dataset mean)")
+    a.add_argument("--write-fraction", type=float, default=None, help="fraction of writes (default 0.2)")
+    a.add_argument("--new-blob-fraction", type=float, default=None,
+                   help="probability an access touches a new blob (default 0.5)")
+    a.add_argument("--max-blob-bytes", type=int, default=None,
+                   help="clip blob sizes (default 64 MiB; 0 = no clip)")
+    v = s.add_argument_group("svd options")
+    v.add_argument("--tasks", type=int, default=None, help="parallel tasks B (default 20)")
+    v.add_argument("--task-ms", type=float, default=None, help="mean task compute time (default 50)")
+    s.set_defaults(func=run_synth)
+
+    t = tsub.add_parser("stats", help="summarise a trace file",
+                        description="Rows, reads, writes, skipped (malformed) rows, size p50/p99 "
+                        "(per access, nearest rank) and duration of a trace.")
+    t.add_argument("file")
+    t.add_argument("--format", choices=["azure", "native"], default="azure")
+    t.add_argument("--strict", action="store_true",
+                   help="fail on the first malformed row (default: skip and count them)")
+    t.add_argument("--json", action="store_true", help="print one JSON object")
+    t.set_defaults(func=run_stats)
+
+
+def run_synth(args: argparse.Namespace) -> int:
+    from nvmw.errors import NvmwError
+    from nvmw.lab.traces import synth
+
+    opts = {}
+    if args.kind == "azure":
+        for key, val in (("accesses_per_s", args.rate), ("write_fraction", args.write_fraction),
+                         ("new_blob_fraction", args.new_blob_fraction),
+                         ("max_blob_bytes", args.max_blob_bytes)):
+            if val is not None:
+                opts[key] = val
+    else:
+        for key, val in (("tasks", args.tasks), ("task_ms", args.task_ms)):
+            if val is not None:
+                opts[key] = val
+    fmt = args.format or ("azure" if args.kind == "azure" else "native")
+    try:
+        trace = synth(args.kind, rows=args.rows, seed=args.seed, **opts)
+        trace.write(args.output, fmt, seed=args.seed, shuffle=(fmt == "azure" and not args.sorted))
+    except (NvmwError, ValueError) as e:
+        print(f"nvmw trace synth: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(trace)} {args.kind} records ({fmt} format) to {args.output}", file=sys.stderr)
+    return 0
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    from nvmw.errors import NvmwError
+    from nvmw.lab.traces import read_trace, trace_stats
+
+    try:
+        trace = read_trace(args.file, args.format, skip_malformed=not args.strict)
+    except (NvmwError, ValueError, OSError) as e:
+        print(f"nvmw trace stats: {e}", file=sys.stderr)
+        return 2
+    stats = trace_stats(trace)
+    if trace.skipped_rows:
+        stats["first_skip_reason"] = trace.first_skip_reason
+    if args.json:
+        print_json(stats)
+    else:
+        for key, val in stats.items():
+            print(f"{key:<20}{val}")
+    return 0

@@ -1,0 +1,359 @@
+"""The thesis's four RL phases (Appendix C) as data: `load_phase(n_or_path)` reads a TOML
+phase file (shipped ones in nvmw/data/phases/), and `PhaseWorkload` co-runs its
+interactive and batch trace replays in the background on a `_core.Middleware`. Also the
+controller hook of `nvmw run-phase` (`make_controller`, extensible with
+`register_controller`)."""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Union
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from nvmw import _core
+from nvmw.lab import traces
+
+PHASE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "phases")
+SOURCES = ("azure", "svd", "file")
+
+_CLASS_KEYS = {
+    "source", "requests", "clients", "write_ratio", "min_bytes", "max_bytes", "fixed_bytes",
+    "key_space", "target_ops_per_s", "accel", "loop", "synth_rows", "synth", "path", "format",
+    "start_unix_ms", "end_unix_ms",
+}
+
+
+@dataclass(frozen=True)
+class ClassWorkload:
+    """One side (interactive or batch) of a phase: where its trace comes from, how it is
+    cut and transformed, and how it is replayed."""
+
+    source: str
+    """"azure" (synthetic Azure-like), "svd" (synthetic Wukong SVD) or "file"."""
+    requests: int
+    """Records kept (the first ones after the size filter): the phase's request count."""
+    clients: int
+    """Client threads of the replay (concurrent serverless functions)."""
+    write_ratio: Optional[float] = None
+    """Exact fraction of writes after the transform (None keeps the trace's ops)."""
+    min_bytes: Optional[int] = None
+    """Size filter applied before the request cut (inclusive)."""
+    max_bytes: Optional[int] = None
+    fixed_bytes: Optional[int] = None
+    """Every request gets this size (None keeps sizes)."""
+    key_space: Optional[int] = None
+    """Map keys onto at most this many (bounds the store's memory)."""
+    target_ops_per_s: Optional[float] = None
+    """Pace: the trace is accelerated so that it offers this rate (exclusive with accel)."""
+    accel: Optional[float] = None
+    """Pace: fixed acceleration factor of the trace's own timing."""
+    loop: bool = True
+    """Start the trace over when it ends (the phase runs until stopped)."""
+    synth_rows: int = 100_000
+    """Rows synthesised before filtering; doubled (up to 64x) until `requests` fit."""
+    synth: tuple = ()
+    """Extra synthesis options (AzureSynthOptions / SvdSynthOptions fields) as pairs."""
+    path: Optional[str] = None
+    """source = "file": trace path (relative to the phase file)."""
+    format: str = "azure"
+    start_unix_ms: Optional[int] = None
+    end_unix_ms: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Phase:
+    number: int
+    name: str
+    description: str
+    interactive: ClassWorkload
+    batch: ClassWorkload
+    path: str = ""
+
+
+def _class_from_dict(d: dict, where: str, base_dir: str) -> ClassWorkload:
+    unknown = set(d) - _CLASS_KEYS
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {sorted(unknown)}")
+    for key in ("source", "requests", "clients"):
+        if key not in d:
+            raise ValueError(f"{where}: missing '{key}'")
+    d = dict(d)
+    if d["source"] not in SOURCES:
+        raise ValueError(f"{where}: source must be one of {SOURCES}, not {d['source']!r}")
+    if int(d["requests"]) < 1 or int(d["clients"]) < 1:
+        raise ValueError(f"{where}: requests and clients must be >= 1")
+    if ("target_ops_per_s" in d) == ("accel" in d):
+        raise ValueError(f"{where}: give exactly one of target_ops_per_s and accel")
+    pace = d.get("target_ops_per_s", d.get("accel"))
+    if not float(pace) > 0:
+        raise ValueError(f"{where}: the pace must be > 0")
+    wr = d.get("write_ratio")
+    if wr is not None and not 0 <= float(wr) <= 1:
+        raise ValueError(f"{where}: write_ratio must be in [0, 1]")
+    if d["source"] == "file":
+        if "path" not in d:
+            raise ValueError(f"{where}: source = 'file' needs a path")
+        d["path"] = os.path.join(base_dir, os.path.expanduser(d["path"]))
+    d["synth"] = tuple(sorted(dict(d.get("synth", {})).items()))
+    return ClassWorkload(**d)
+
+
+def load_phase(n_or_path: Union[int, str, os.PathLike]) -> Phase:
+    """Phase 1-4 (shipped) or a phase TOML file of the same layout."""
+    if isinstance(n_or_path, int) or (isinstance(n_or_path, str) and n_or_path.isdigit()):
+        path = os.path.join(PHASE_DIR, f"phase{int(n_or_path)}.toml")
+        if not os.path.exists(path):
+            raise ValueError(f"no shipped phase {n_or_path}: choose one of {list_phases()}")
+    else:
+        path = os.fspath(n_or_path)
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{path}: {e}") from None
+    for key in ("number", "interactive", "batch"):
+        if key not in data:
+            raise ValueError(f"{path}: missing '{key}'")
+    base = os.path.dirname(os.path.abspath(path))
+    return Phase(number=int(data["number"]), name=str(data.get("name", f"phase{data['number']}")),
+                 description=str(data.get("description", "")),
+                 interactive=_class_from_dict(data["interactive"], f"{path} [interactive]", base),
+                 batch=_class_from_dict(data["batch"], f"{path} [batch]", base), path=path)
+
+
+def list_phases() -> list[int]:
+    """Numbers of the shipped phases."""
+    out = []
+    for name in os.listdir(PHASE_DIR):
+        if name.startswith("phase") and name.endswith(".toml") and name[5:-5].isdigit():
+            out.append(int(name[5:-5]))
+    return sorted(out)
+
+
+@functools.lru_cache(maxsize=32)
+def build_trace(spec: ClassWorkload, seed: int, key_prefix: str = "") -> "_core.Trace":
+    """The phase side's trace: source, size filter, request cut, transforms. Cached:
+    the same (spec, seed) always gives the same trace, and RL episodes rebuild often."""
+    if spec.source == "file":
+        base = traces.read_trace(spec.path, spec.format, skip_malformed=True,
+                                 start_unix_ms=spec.start_unix_ms, end_unix_ms=spec.end_unix_ms)
+        cut = traces.shape(base, min_bytes=spec.min_bytes, max_bytes=spec.max_bytes,
+                           max_records=spec.requests)
+    else:
+        rows = spec.synth_rows if spec.source == "azure" else spec.requests
+        for _ in range(7):
+            base = traces.synth(spec.source, rows=rows, seed=seed, **dict(spec.synth))
+            cut = traces.shape(base, min_bytes=spec.min_bytes, max_bytes=spec.max_bytes,
+                               max_records=spec.requests)
+            if len(cut) >= spec.requests:
+                break
+            rows *= 2
+    if len(cut) == 0:
+        raise ValueError(f"phase trace is empty after filtering ({spec})")
+    return traces.shape(cut, fixed_bytes=spec.fixed_bytes, write_ratio=spec.write_ratio,
+                        key_space=spec.key_space, key_prefix=key_prefix or None, seed=seed)
+
+
+def _accel(spec: ClassWorkload, trace: "_core.Trace", rate_scale: float) -> float:
+    if spec.accel is not None:
+        return float(spec.accel) * rate_scale
+    # Native rate of the trace as the replay schedules it (span plus one mean gap).
+    native = _core.Replay(trace, {"threads": 1, "preload": False}).offered_ops_per_s
+    return float(spec.target_ops_per_s) * rate_scale / native
+
+
+class PhaseWorkload:
+    """Co-runs a phase's interactive and batch replays in the background on a running
+    `_core.Middleware` (``nvmw.Middleware(...).core``).
+
+    start() preloads the keys the replays read (first start only) and returns at once;
+    stop() stops both replays, waits for requests in flight and returns their results.
+    Restartable (start again after stop); the traces are a function of (phase, seed), so
+    a seed reproduces the offered workload. `rate_scale` multiplies both target rates.
+    """
+
+    def __init__(self, phase: Union[Phase, int, str], core_middleware: "_core.Middleware",
+                 seed: int = 0, *, rate_scale: float = 1.0):
+        self.phase = phase if isinstance(phase, Phase) else load_phase(phase)
+        if not rate_scale > 0:
+            raise ValueError(f"rate_scale must be > 0, got {rate_scale}")
+        self.core_middleware = core_middleware
+        self.seed = int(seed)
+        self.rate_scale = float(rate_scale)
+        self.results_: Optional[dict] = None
+        self._replays: dict[str, Any] = {}
+        for cls, spec, prefix, salt in (("interactive", self.phase.interactive, "i/", 0),
+                                        ("batch", self.phase.batch, "b/", 7919)):
+            trace = build_trace(spec, self.seed * 2 + 1 + salt, prefix)
+            opts = dict(threads=spec.clients, cls=cls, accel=_accel(spec, trace, self.rate_scale),
+                        loop=spec.loop, duration_s=0.0, preload=True, seed=self.seed)
+            self._replays[cls] = _core.Replay(trace, opts)
+
+    @property
+    def running(self) -> bool:
+        return any(r.running for r in self._replays.values())
+
+    def start(self) -> "PhaseWorkload":
+        if self.running:
+            raise RuntimeError("phase workload already running")
+        started = []
+        try:
+            for r in self._replays.values():
+                r.start(self.core_middleware)
+                started.append(r)
+        except BaseException:
+            for r in started:
+                r.stop()
+                r.join()
+            raise
+        return self
+
+    def stop(self) -> dict:
+        """Stop both replays; returns {"interactive": result, "batch": result}."""
+        for r in self._replays.values():
+            r.stop()
+        self.results_ = {cls: r.join() for cls, r in self._replays.items()}
+        return self.results_
+
+    def offered_ops_per_s(self) -> float:
+        """Requests per second the two schedules offer together (for plots)."""
+        return sum(self.offered_by_class().values())
+
+    def offered_by_class(self) -> dict:
+        return {cls: float(r.offered_ops_per_s) for cls, r in self._replays.items()}
+
+    def issued(self) -> dict:
+        return {cls: int(r.issued) for cls, r in self._replays.items()}
+
+    def __enter__(self) -> "PhaseWorkload":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+# ---- controllers for `nvmw run-phase` ----------------------------------------------------
+
+#: kind -> factory(argument string after "kind:" or "") returning a controller with
+#: `requires_control`, `reset()` and `act(obs, info) -> action | (i, b)` (nvmw.rl.controllers).
+CONTROLLER_FACTORIES: dict[str, Callable[[str], Any]] = {}
+
+
+def register_controller(kind: str, factory: Callable[[str], Any]) -> None:
+    """Make `make_controller("kind:args")` build controllers with `factory(args)`."""
+    CONTROLLER_FACTORIES[kind] = factory
+
+
+def _fixed(arg: str):
+    from nvmw.rl.controllers import Fixed
+
+    try:
+        i, b = (int(x) for x in arg.split(","))
+    except ValueError:
+        raise ValueError(f"fixed controller wants 'fixed:I,B' (e.g. fixed:10,10), got 'fixed:{arg}'") from None
+    return Fixed(i, b)
+
+
+def _none(arg: str):
+    from nvmw.rl.controllers import NoControl
+
+    if arg:
+        raise ValueError("the 'none' controller takes no argument")
+    return NoControl()
+
+
+register_controller("fixed", _fixed)
+register_controller("none", _none)
+
+
+def make_controller(spec: Union[str, Callable, Any]):
+    """A controller from "none", "fixed:I,B" or any registered "kind[:args]"; a controller
+    object (has `act`) is returned as is, and a plain callable ``f(obs, info)`` is wrapped."""
+    if hasattr(spec, "act"):
+        return spec
+    if callable(spec):
+        return _CallableController(spec)
+    kind, _, arg = str(spec).partition(":")
+    if kind not in CONTROLLER_FACTORIES:
+        raise ValueError(f"unknown controller {spec!r}: kinds are {sorted(CONTROLLER_FACTORIES)}")
+    return CONTROLLER_FACTORIES[kind](arg)
+
+
+@dataclass
+class _CallableController:
+    fn: Callable
+    name: str = "callable"
+    requires_control: bool = True
+
+    def reset(self) -> None:
+        pass
+
+    def act(self, obs, info):
+        return self.fn(obs, info)
+
+
+def run_phase(phase: Union[Phase, int, str], *, duration_s: float = 30.0, controller: Any = "fixed:10,10",
+              window_s: float = 1.0, engine: str = "memory", path: Optional[str] = None,
+              device: Optional[str] = None, seed: int = 0, rate_scale: float = 1.0,
+              on_window: Optional[Callable[[dict], None]] = None) -> dict:
+    """Run a phase co-located on a fresh middleware for `duration_s`, consulting the
+    controller once per window. Returns {"windows": [...], "replay": {...}, ...}; each
+    window row has threads, ops/s, interactive p99 and batch throughput, queue lengths."""
+    from nvmw.middleware import Middleware
+
+    ph = phase if isinstance(phase, Phase) else load_phase(phase)
+    ctl = make_controller(controller)
+    ctl.reset()
+    control = bool(getattr(ctl, "requires_control", True))
+    init = (15, 15)
+    first = ctl.act([0.0] * 8, {"phase": ph.number, "threads": list(init), "stats": None})
+    if isinstance(first, (tuple, list)):
+        init = (int(first[0]), int(first[1]))
+    rows = []
+    with Middleware(path, engine=engine, interactive_threads=init[0], batch_threads=init[1],
+                    window_s=window_s, control=control, device=device) as mw:
+        work = PhaseWorkload(ph, mw.core, seed=seed, rate_scale=rate_scale)
+        work.start()
+        try:
+            seq = int(mw.get_stats()["seq"])
+            n_windows = max(1, int(round(duration_s / window_s)))
+            for _ in range(n_windows):
+                stats = mw.wait_for_window(seq, max(5.0, 20 * window_s))
+                seq = int(stats["seq"])
+                i, b = stats["interactive"], stats["batch"]
+                row = {
+                    "seq": seq,
+                    "interactive_threads": i["threads"], "batch_threads": b["threads"],
+                    "ops_per_s": stats["all"]["ops_per_s"],
+                    "interactive_ops_per_s": i["ops_per_s"], "interactive_p99_us": i["p99_us"],
+                    "batch_ops_per_s": b["ops_per_s"], "batch_bytes_per_s": b["bytes_per_s"],
+                    "batch_p99_us": b["p99_us"],
+                    "interactive_queue": i["queue_len_end"], "batch_queue": b["queue_len_end"],
+                    "offered_ops_per_s": work.offered_ops_per_s(),
+                }
+                rows.append(row)
+                if on_window is not None:
+                    on_window(row)
+                info = {"phase": ph.number, "threads": [i["threads"], b["threads"]], "stats": stats,
+                        "p99_us": i["p99_us"], "throughput": stats["all"]["ops_per_s"]}
+                decision = ctl.act(list(mw.get_state()), info)
+                if control:
+                    if isinstance(decision, (tuple, list)):
+                        mw.set_threads(int(decision[0]), int(decision[1]))
+                    elif decision:
+                        mw.perform_action(int(decision))
+        finally:
+            results = work.stop()
+    return {"phase": ph.number, "controller": getattr(ctl, "name", str(controller)),
+            "window_s": window_s, "engine": engine, "device": device or "none",
+            "windows": rows, "replay": results}
+
+
+__all__ = ["ClassWorkload", "Phase", "PhaseWorkload", "load_phase", "list_phases", "build_trace",
+           "make_controller", "register_controller", "run_phase", "CONTROLLER_FACTORIES"]

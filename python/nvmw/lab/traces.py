@@ -1,0 +1,90 @@
+"""Traces from Python: read (Azure Functions Blob 2020 CSV or native CSV), synthesise
+(Azure-like interactive, Wukong-SVD-like batch), summarise, filter/transform, and
+replay open-loop through a middleware. Thin wrappers over `nvmw._core` (C++)."""
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+from nvmw import _core
+
+FORMATS = ("azure", "native")
+SYNTH_KINDS = ("azure", "svd")
+CLASSES = ("interactive", "batch", "auto")
+
+#: Keys of the dict printed by `nvmw trace stats --json` (see docs/workloads-trace.md).
+STATS_KEYS = ("rows", "reads", "writes", "skipped_rows", "bytes_p50", "bytes_p99", "duration_s")
+
+
+def read_trace(path: str | os.PathLike, format: str = "azure", *, skip_malformed: bool = False,
+               start_unix_ms: Optional[int] = None, end_unix_ms: Optional[int] = None,
+               max_rows: int = 0) -> "_core.Trace":
+    """Read a trace file. A malformed row raises InvalidArgumentError whose message starts
+    with ``<path>:<line>:``; with `skip_malformed` it is dropped and counted in
+    ``trace.skipped_rows``. Azure rows may be unsorted (they are sorted by Timestamp)."""
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, not {format!r}")
+    return _core.read_trace(os.fspath(path), format, skip_malformed, start_unix_ms, end_unix_ms,
+                            int(max_rows))
+
+
+def synth(kind: str, rows: int = 10_000, seed: int = 1, **options: Any) -> "_core.Trace":
+    """A synthetic trace: ``"azure"`` (AzureSynthOptions fields as keywords) or ``"svd"``
+    (SvdSynthOptions fields). Same seed, same trace."""
+    opts = dict(options, rows=int(rows), seed=int(seed))
+    if kind == "azure":
+        return _core.synth_azure(opts)
+    if kind == "svd":
+        return _core.synth_svd(opts)
+    raise ValueError(f"synthetic trace kind must be one of {SYNTH_KINDS}, not {kind!r}")
+
+
+def trace_stats(trace: "_core.Trace") -> dict:
+    """rows, reads, writes, skipped_rows, bytes_p50, bytes_p99 (nearest rank, per access),
+    duration_s, plus distinct_keys, bytes_mean, bytes_max, accesses_per_s."""
+    return dict(trace.summary())
+
+
+def shape(trace: "_core.Trace", *, start_s: Optional[float] = None, end_s: Optional[float] = None,
+          min_bytes: Optional[int] = None, max_bytes: Optional[int] = None,
+          max_records: Optional[int] = None, fixed_bytes: Optional[int] = None,
+          write_ratio: Optional[float] = None, key_space: Optional[int] = None,
+          key_prefix: Optional[str] = None, seed: int = 0) -> "_core.Trace":
+    """Filter (time window in seconds of trace time, size range, record cap; the kept part
+    is re-based to start at 0) then transform (fixed size, exact write ratio, bounded key
+    space, key prefix). Options left None are not applied."""
+    filt = {k: v for k, v in dict(start_s=start_s, end_s=end_s, min_bytes=min_bytes,
+                                  max_bytes=max_bytes, max_records=max_records).items()
+            if v is not None}
+    if filt:
+        trace = trace.filter(filt)
+    xform = {k: v for k, v in dict(fixed_bytes=fixed_bytes, write_ratio=write_ratio,
+                                   key_space=key_space, key_prefix=key_prefix).items()
+             if v is not None}
+    if xform:
+        trace = trace.transform(dict(xform, seed=int(seed)))
+    return trace
+
+
+def replay_options(*, threads: int = 16, cls: str = "interactive", accel: float = 1.0,
+                   loop: bool = False, duration_s: float = 0.0, preload: bool = True,
+                   seed: int = 0) -> dict:
+    """The option dict `_core.Replay` takes (ReplayOptions field names), checked early."""
+    if cls not in CLASSES:
+        raise ValueError(f"cls must be one of {CLASSES}, not {cls!r}")
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    if not accel > 0:
+        raise ValueError(f"accel must be > 0, got {accel}")
+    if duration_s < 0:
+        raise ValueError(f"duration_s must be >= 0, got {duration_s}")
+    if loop and duration_s == 0:
+        raise ValueError("loop needs a duration_s (or use _core.Replay.stop() yourself)")
+    return dict(threads=int(threads), cls=cls, accel=float(accel), loop=bool(loop),
+                duration_s=float(duration_s), preload=bool(preload), seed=int(seed))
+
+
+def replay(trace: "_core.Trace", core_middleware: "_core.Middleware", **options: Any) -> dict:
+    """Replay `trace` through a running `_core.Middleware` (``nvmw.Middleware(...).core``)
+    and wait for the result dict (latency from the scheduled time; see `replay_options`)."""
+    return _core.Replay(trace, replay_options(**options)).run(core_middleware)
