@@ -22,12 +22,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 PY=${PYTHON:-python3}
+export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 echo "setup: installing Python dependencies"
-$PY -m pip install -q --disable-pip-version-check "scikit-build-core>=0.9" "nanobind>=2.0" \
+$PY -m pip install -q "scikit-build-core>=0.9" "nanobind>=2.0" \
   "numpy>=1.24" "matplotlib>=3.7" "gymnasium>=1.0" "scikit-learn>=1.3" "joblib>=1.3" \
-  "tqdm>=4.60" "pytest>=7" "redis>=5" 2>&1 | grep -v "Running pip as the 'root' user" || true
+  "tqdm>=4.60" "pytest>=7" "redis>=5"
 echo "setup: building and installing nvmw (C++ core + Python package)"
 # No build isolation: reuse the build directory so a rebuild is incremental.
-$PY -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps . 2>&1 \
-  | grep -v "Running pip as the 'root' user" || true
+$PY -m pip install -q --no-build-isolation --no-deps .
 $PY -c "import nvmw, sys; print('setup: nvmw', nvmw.__version__, 'ready (python', sys.version.split()[0] + ')')"
