@@ -84,6 +84,10 @@ def build_config(args: argparse.Namespace):
     return cfg.validate()
 
 
+def _x(ratio) -> str:
+    return "n/a" if ratio is None else f"{ratio:.3g}x"
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         cfg = build_config(args)
@@ -102,10 +106,10 @@ def run(args: argparse.Namespace) -> int:
         print_json({k: v for k, v in summary.items() if k != "configs"})
     else:
         print(f"baseline p99 {summary['baseline_p99_us']:.1f} us, best {summary['best_p99_us']:.1f} us "
-              f"at {summary['best_p99_config']} ({summary['p99_improvement_x']}x lower)")
+              f"at {summary['best_p99_config']} ({_x(summary['p99_improvement_x'])} lower)")
         print(f"baseline batch {summary['baseline_throughput']:.0f} ops/s, best "
               f"{summary['best_throughput']:.0f} ops/s at {summary['best_throughput_config']} "
-              f"({summary['throughput_improvement_x']}x)")
+              f"({_x(summary['throughput_improvement_x'])})")
         for kind, path in summary.get("files", {}).items():
             print(f"{kind}: {path}")
     return 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
-import math
 import os
 import statistics
 import tempfile
@@ -265,8 +264,8 @@ def summarize(cfg: SweepConfig, per_config: list) -> dict:
     both = sorted((c for c in grid if c["p99_us"] < base["p99_us"]
                    and c["batch_ops_per_s"] >= base["batch_ops_per_s"]), key=lambda c: c["p99_us"])
 
-    def ratio(a: float, b: float) -> float:
-        return round(a / b, 3) if b > 0 else math.inf
+    def ratio(a: float, b: float) -> Optional[float]:
+        return a / b if b > 0 else None  # no ratio to a zero (JSON has no infinity)
 
     return {
         "baseline_p99_us": base["p99_us"],
