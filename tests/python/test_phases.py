@@ -1,0 +1,98 @@
+"""Phases 1-4 as data (load, validate, build reproducible traces) and a short co-run
+of a PhaseWorkload producing windows where both classes complete requests."""
+import pytest
+
+import nvmw
+from nvmw.lab import phases
+
+
+def test_shipped_phases_follow_appendix_c():
+    assert phases.list_phases() == [1, 2, 3, 4]
+    p = {n: phases.load_phase(n) for n in (1, 2, 3, 4)}
+    assert (p[1].interactive.requests, p[1].interactive.write_ratio, p[1].interactive.clients) == (2039, 0.2, 200)
+    assert (p[1].interactive.min_bytes, p[1].interactive.max_bytes) == (30, 50)
+    assert (p[1].batch.requests, p[1].batch.write_ratio, p[1].batch.fixed_bytes, p[1].batch.clients) == (3847, 0.5, 800_000, 200)
+    assert (p[2].interactive.clients, p[2].batch.clients) == (150, 320)
+    assert p[3].interactive.clients == 400
+    assert (p[3].batch.fixed_bytes, p[3].batch.write_ratio) == (4096, 0.0)
+    assert (p[4].interactive.requests, p[4].interactive.write_ratio) == (7814, 0.9)
+    assert p[4].batch == p[3].batch
+    for ph in p.values():
+        assert ph.interactive.loop and ph.batch.loop
+
+
+def test_phase_traces_match_their_spec_and_seed():
+    ph = phases.load_phase(4)
+    t = phases.build_trace(ph.interactive, 3)
+    s = t.summary()
+    assert s["rows"] == 7814
+    assert s["writes"] == round(0.9 * 7814)
+    assert 400 <= s["bytes_p50"] <= 600
+    assert phases.build_trace(ph.interactive, 3).records() == t.records()
+    assert phases.build_trace(ph.interactive, 4).records() != t.records()
+    b = phases.build_trace(ph.batch, 3).summary()
+    assert b["rows"] == 3847 and b["writes"] == 0 and b["bytes_max"] == 4096
+
+
+def test_bad_phase_files(tmp_path):
+    bad = tmp_path / "p.toml"
+    bad.write_text("number = 9\n[interactive]\nsource='azure'\nrequests=10\nclients=2\n"
+                   "target_ops_per_s=5\n[batch]\nsource='nope'\nrequests=1\nclients=1\naccel=1\n")
+    with pytest.raises(ValueError, match="source must be one of"):
+        phases.load_phase(bad)
+    bad.write_text("number = 9\n[interactive]\nsource='azure'\nrequests=10\nclients=2\n"
+                   "target_ops_per_s=5\naccel=2\n[batch]\nsource='svd'\nrequests=1\nclients=1\naccel=1\n")
+    with pytest.raises(ValueError, match="exactly one of"):
+        phases.load_phase(bad)
+    with pytest.raises(ValueError):
+        phases.load_phase(7)
+
+
+def test_make_controller_specs():
+    assert phases.make_controller("fixed:3,4").act(None, {}) == (3, 4)
+    assert phases.make_controller("none").requires_control is False
+    with pytest.raises(ValueError):
+        phases.make_controller("fixed:3")
+    with pytest.raises(ValueError):
+        phases.make_controller("warp:9")
+    phases.register_controller("const", lambda arg: phases.make_controller(lambda obs, info: int(arg)))
+    assert phases.make_controller("const:5").act(None, {}) == 5
+
+
+def test_phase_workload_co_run_both_classes_progress():
+    with nvmw.Middleware(engine="memory", window_s=0.25, interactive_threads=4, batch_threads=4) as mw:
+        work = phases.PhaseWorkload(1, mw.core, seed=1, rate_scale=0.5)
+        assert work.offered_ops_per_s() == pytest.approx(0.5 * (4000 + 500), rel=0.01)
+        work.start()
+        assert work.running
+        with pytest.raises(RuntimeError):
+            work.start()
+        seq = mw.get_stats()["seq"]
+        both = 0
+        for _ in range(4):
+            stats = mw.wait_for_window(seq, 10.0)
+            seq = stats["seq"]
+            both += stats["interactive"]["ops"] > 0 and stats["batch"]["ops"] > 0
+        res = work.stop()
+        assert not work.running
+        assert both >= 1
+        assert res["interactive"]["all"]["ops"] > 0 and res["batch"]["all"]["ops"] > 0
+        assert res["interactive"]["errors"] == 0 and res["batch"]["errors"] == 0
+        assert res["interactive"]["read"]["not_found"] == 0
+        # Restartable on the same middleware.
+        work.start()
+        seq = mw.wait_for_window(seq, 10.0)["seq"]
+        res2 = work.stop()
+        assert res2["interactive"]["all"]["ops"] > 0
+
+
+def test_run_phase_cli_prints_windows(capsys):
+    from nvmw.cli import main
+
+    assert main(["run-phase", "3", "--duration", "1", "--window", "0.25", "--controller", "fixed:2,2",
+                 "--rate-scale", "0.25"]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.strip().startswith(tuple("0123456789"))]
+    assert len(lines) >= 3
+    assert all(" 2/2" in line for line in lines)
+    assert main(["run-phase", "1", "--controller", "bogus"]) == 2
