@@ -267,7 +267,7 @@ Status PmemEngine::Init(const std::string& path, uint64_t bucket_count, bool cre
       PMEMoid oid{uuid_lo_, off};
       const Entry* e = At(off);
       size_t usable = pmemobj_alloc_usable_size(oid);
-      if (pmemobj_type_num(oid) != kEntryType || usable > pool_bytes ||
+      if (pmemobj_type_num(oid) != kEntryType || usable > pool_bytes - off ||
           e->value_off < sizeof(Entry) + e->key_len || e->key_len == 0 ||
           e->value_len > usable || e->value_off + e->value_len > usable ||
           (e->hash & bucket_mask_) != b || HashKey(e->Key()) != e->hash) {
