@@ -189,9 +189,13 @@ struct DeviceBenchOptions {
 };
 
 struct DeviceBenchResult {
-  // From the emulator's accounting over the measured interval.
+  // From the emulator's accounting over the measured interval. The "busy" figures
+  // leave out moments with no access in transfer (a starved host's gaps between a
+  // thread's operations), so they describe the device, not the host.
   double emulated_bandwidth_bytes_per_ns = 0;  // served bytes / emulator time
   double mean_active_accessors = 0;            // accessor_ns / emulator time
+  double busy_bandwidth_bytes_per_ns = 0;      // served bytes / busy time
+  double mean_active_while_busy = 0;           // accessor_ns / busy time
   // From the clients: bytes of operations completed in the interval / wall time.
   double wall_bandwidth_bytes_per_ns = 0;
   double wall_seconds = 0;

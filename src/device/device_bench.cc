@@ -83,6 +83,12 @@ Status RunDeviceBench(const DeviceProfile& profile, const DeviceBenchOptions& op
   r.emulated_bandwidth_bytes_per_ns =
       (after.served_bytes[k] - before.served_bytes[k]) * useful / elapsed;
   r.mean_active_accessors = (after.accessor_ns - before.accessor_ns) / elapsed;
+  double busy = after.busy_ns - before.busy_ns;
+  if (busy > 0) {
+    r.busy_bandwidth_bytes_per_ns =
+        (after.served_bytes[k] - before.served_bytes[k]) * useful / busy;
+    r.mean_active_while_busy = (after.accessor_ns - before.accessor_ns) / busy;
+  }
   r.wall_seconds = std::chrono::duration<double>(wall_end - wall_start).count();
   r.operations = measured_ops.load();
   r.wall_bandwidth_bytes_per_ns =

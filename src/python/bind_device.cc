@@ -212,6 +212,8 @@ void BindDevice(nb::module_& m) {
         d["emulated_gbps"] = r.emulated_bandwidth_bytes_per_ns;
         d["wall_gbps"] = r.wall_bandwidth_bytes_per_ns;
         d["mean_active_accessors"] = r.mean_active_accessors;
+        d["busy_gbps"] = r.busy_bandwidth_bytes_per_ns;
+        d["mean_active_while_busy"] = r.mean_active_while_busy;
         d["operations"] = r.operations;
         d["wall_seconds"] = r.wall_seconds;
         return d;

@@ -161,38 +161,44 @@ TEST(DeviceBenchTest, RejectsBadOptions) {
 // The emulation property the middleware's experiments rest on, measured by running
 // real threads: write bandwidth with 24 writers on one DIMM is less than half of the
 // best of 1..4 writers. 1 MB writes make the modelled time (0.5-30 ms per access)
-// dwarf the host's own costs; the assertion uses the emulator's accounting, the
-// wall-clock figures are printed for the record.
-TEST(DeviceBenchTest, TwentyFourWritersCollapseBelowHalfThePeak) {
-  DeviceProfile p = Load("optane-1dimm");
+// dwarf the host's own costs. The assertion uses the emulator's accounting over the
+// time the device was busy, so a starved host (idle gaps between one thread's
+// operations) cannot fake or hide the collapse; if the host is so loaded that the 24
+// writers do not even overlap, the run is repeated (a few times at most) rather than
+// judged. Wall-clock and elapsed-time figures are printed for the record.
+DeviceBenchResult BenchWriters(const DeviceProfile& p, uint32_t n, uint32_t duration_ms) {
   DeviceBenchOptions o;
   o.op = DeviceOp::kWrite;
   o.bytes = 1 << 20;
+  o.threads = n;
   o.warmup_ms = 40;
-  o.duration_ms = 200;
-  double peak = 0, peak_wall = 0;
-  for (uint32_t n = 1; n <= 4; ++n) {
-    o.threads = n;
-    DeviceBenchResult r;
-    ASSERT_TRUE(RunDeviceBench(p, o, &r).ok());
-    std::cout << "writers=" << n << " emulated_GBps=" << r.emulated_bandwidth_bytes_per_ns
-              << " wall_GBps=" << r.wall_bandwidth_bytes_per_ns
-              << " mean_active=" << r.mean_active_accessors << "\n";
-    peak = std::max(peak, r.emulated_bandwidth_bytes_per_ns);
-    peak_wall = std::max(peak_wall, r.wall_bandwidth_bytes_per_ns);
-  }
-  o.threads = 24;
-  o.duration_ms = 400;  // each access takes ~30 ms at 24 writers
+  o.duration_ms = duration_ms;
   DeviceBenchResult r;
-  ASSERT_TRUE(RunDeviceBench(p, o, &r).ok());
-  std::cout << "writers=24 emulated_GBps=" << r.emulated_bandwidth_bytes_per_ns
+  Status s = RunDeviceBench(p, o, &r);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  std::cout << "writers=" << n << " busy_GBps=" << r.busy_bandwidth_bytes_per_ns
+            << " elapsed_GBps=" << r.emulated_bandwidth_bytes_per_ns
             << " wall_GBps=" << r.wall_bandwidth_bytes_per_ns
-            << " mean_active=" << r.mean_active_accessors << " (peak emulated " << peak
-            << ", wall " << peak_wall << ")\n";
-  RecordProperty("peak_emulated_GBps", std::to_string(peak));
-  RecordProperty("w24_emulated_GBps", std::to_string(r.emulated_bandwidth_bytes_per_ns));
-  EXPECT_GT(r.mean_active_accessors, 12);  // the writers really overlapped
-  EXPECT_LT(r.emulated_bandwidth_bytes_per_ns, 0.5 * peak);
+            << " mean_active_while_busy=" << r.mean_active_while_busy
+            << " mean_active=" << r.mean_active_accessors << "\n";
+  return r;
+}
+
+TEST(DeviceBenchTest, TwentyFourWritersCollapseBelowHalfThePeak) {
+  DeviceProfile p = Load("optane-1dimm");
+  double peak = 0;
+  for (uint32_t n = 1; n <= 4; ++n) {
+    peak = std::max(peak, BenchWriters(p, n, 150).busy_bandwidth_bytes_per_ns);
+  }
+  DeviceBenchResult r;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    r = BenchWriters(p, 24, 400);  // each access takes ~30 ms at 24 writers
+    if (r.mean_active_while_busy >= 16) break;
+  }
+  ASSERT_GE(r.mean_active_while_busy, 16) << "host too loaded: the 24 writers never overlapped";
+  RecordProperty("peak_busy_GBps", std::to_string(peak));
+  RecordProperty("w24_busy_GBps", std::to_string(r.busy_bandwidth_bytes_per_ns));
+  EXPECT_LT(r.busy_bandwidth_bytes_per_ns, 0.5 * peak);
 }
 
 }  // namespace
