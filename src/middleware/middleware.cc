@@ -53,6 +53,11 @@ constexpr uint32_t kPending = 0;  // not finished, caller not parked
 constexpr uint32_t kDone = 1;     // finished; the worker never touches the task again
 constexpr uint32_t kParked = 2;   // not finished, caller is (about to be) asleep
 
+// Sleep state of a worker slot.
+constexpr uint32_t kRunning = 0;
+constexpr uint32_t kAsleep = 1;
+constexpr uint32_t kNotified = 2;
+
 // Futex words for parked synchronous callers. A caller's task lives on its stack and
 // dies the moment the caller sees kDone, so the worker must not notify on the task
 // itself; it notifies one of these static words instead (chosen by task address), which
@@ -126,15 +131,19 @@ struct Pool {
   BoundedQueue<Task> queue;
   // Target size. Workers in slots >= target retire after their current request.
   std::atomic<int> target{0};
-  // Event count for parked workers: a parker reads it, announces itself in `parked`,
-  // re-checks for work, then futex-waits until it changes.
-  alignas(64) std::atomic<uint32_t> epoch{0};
-  std::atomic<int> parked{0};
+  // Workers asleep and not yet claimed by a waker. Producers read it after publishing an
+  // item and wake someone only when it is non-zero, so a busy pool pays no wake-up cost,
+  // and a worker being woken no longer attracts redundant wake-ups (it was un-counted
+  // by whoever claimed it).
+  alignas(64) std::atomic<int> parked{0};
 
   struct Slot {
     std::thread thread;       // guarded by Impl::ctl_mu_ (until Stop closes the pools)
     bool alive = false;       // guarded by Impl::ctl_mu_
     StatsShard* shard = nullptr;  // created once, then stable
+    // The worker's futex word: kRunning, kAsleep, kNotified. Whoever moves it out of
+    // kAsleep (a waker, or the worker itself on finding work) decrements `parked`.
+    alignas(64) std::atomic<uint32_t> sleep{0};
   };
   std::vector<Slot> slots;
 };
@@ -164,6 +173,10 @@ struct Middleware::Impl {
   // callers that are spinning. Used only to decide whether spinning can help.
   std::atomic<int> running_workers{0};
   std::atomic<int> spinners{0};
+  // Set by the monitor when the whole machine has more runnable threads than cores
+  // (other processes included, from /proc/loadavg): spinning then only steals the CPU
+  // from the thread we are waiting for.
+  std::atomic<bool> machine_busy{false};
 
   std::mutex shards_mu;  // guards shards (the shards themselves have their own mutex)
   std::vector<std::unique_ptr<StatsShard>> shards;
@@ -232,27 +245,42 @@ struct Middleware::Impl {
   // ---- spinning policy ----
   // A waiter spins only while the threads busy inside the middleware leave it a core.
   bool CallerMaySpin() const {
-    if (options.spin_ns <= 0) return false;
+    if (options.spin_ns <= 0 || machine_busy.load(std::memory_order_relaxed)) return false;
     return running_workers.load(std::memory_order_relaxed) +
                spinners.load(std::memory_order_relaxed) <
            cores;
   }
   // An idle worker counts itself among running_workers.
   bool WorkerMaySpin() const {
-    if (options.spin_ns <= 0) return false;
+    if (options.spin_ns <= 0 || machine_busy.load(std::memory_order_relaxed)) return false;
     return running_workers.load(std::memory_order_relaxed) +
                spinners.load(std::memory_order_relaxed) <=
            cores;
   }
 
   // ---- queues and wake-ups ----
+  // Claims one sleeping worker (kAsleep -> kNotified) and wakes it. Slots are few
+  // (<= max_threads) and this runs only when `parked` says someone sleeps.
   static void WakeOne(Pool& p) {
-    p.epoch.fetch_add(1, std::memory_order_seq_cst);
-    p.epoch.notify_one();
+    for (Pool::Slot& slot : p.slots) {
+      uint32_t expected = kAsleep;
+      if (slot.sleep.load(std::memory_order_relaxed) == kAsleep &&
+          slot.sleep.compare_exchange_strong(expected, kNotified, std::memory_order_seq_cst)) {
+        p.parked.fetch_sub(1, std::memory_order_seq_cst);
+        slot.sleep.notify_one();
+        return;
+      }
+    }
   }
+  // Wakes every sleeping worker (resize, stop, retiring worker handing over work).
   static void WakeAll(Pool& p) {
-    p.epoch.fetch_add(1, std::memory_order_seq_cst);
-    p.epoch.notify_all();
+    for (Pool::Slot& slot : p.slots) {
+      uint32_t expected = kAsleep;
+      if (slot.sleep.compare_exchange_strong(expected, kNotified, std::memory_order_seq_cst)) {
+        p.parked.fetch_sub(1, std::memory_order_seq_cst);
+        slot.sleep.notify_one();
+      }
+    }
   }
 
   Status Enqueue(Task* t) {
@@ -263,8 +291,8 @@ struct Middleware::Impl {
       return Status::Overloaded(std::string(ClassName(c)) + " queue full (capacity " +
                                 std::to_string(p.queue.capacity()) + ")");
     }
-    // Pairs with the parker's seq_cst "parked++ then LooksEmpty()": either it sees the
-    // item or this load sees it parked.
+    // Pairs with the parker's seq_cst "asleep, parked++, then LooksEmpty()": either it
+    // sees the item or this load sees it parked.
     if (p.parked.load(std::memory_order_seq_cst) > 0) WakeOne(p);
     return Status::OK();
   }
@@ -376,15 +404,25 @@ struct Middleware::Impl {
   }
 
   void Park(Pool& p, int slot) {
-    const uint32_t key = p.epoch.load(std::memory_order_seq_cst);
+    std::atomic<uint32_t>& sleep = p.slots[slot].sleep;
+    sleep.store(kAsleep, std::memory_order_seq_cst);
     p.parked.fetch_add(1, std::memory_order_seq_cst);
     running_workers.fetch_sub(1, std::memory_order_relaxed);
-    if (p.queue.LooksEmpty() && slot < p.target.load(std::memory_order_seq_cst) &&
-        !stopping.load(std::memory_order_seq_cst)) {
-      p.epoch.wait(key, std::memory_order_seq_cst);
+    if (!p.queue.LooksEmpty() || slot >= p.target.load(std::memory_order_seq_cst) ||
+        stopping.load(std::memory_order_seq_cst)) {
+      // Work (or a reason to exit) arrived meanwhile: un-park ourselves unless a waker
+      // already claimed us (then it did the decrement).
+      uint32_t expected = kAsleep;
+      if (sleep.compare_exchange_strong(expected, kRunning, std::memory_order_seq_cst)) {
+        p.parked.fetch_sub(1, std::memory_order_seq_cst);
+      }
+    } else {
+      while (sleep.load(std::memory_order_seq_cst) == kAsleep) {
+        sleep.wait(kAsleep, std::memory_order_seq_cst);
+      }
     }
+    sleep.store(kRunning, std::memory_order_relaxed);
     running_workers.fetch_add(1, std::memory_order_relaxed);
-    p.parked.fetch_sub(1, std::memory_order_seq_cst);
   }
 
   StatsShard* NewShard() {
@@ -512,7 +550,22 @@ struct Middleware::Impl {
     return pools[c]->target.load(std::memory_order_relaxed);
   }
 
+  // Runnable threads on the whole machine (the 4th field of /proc/loadavg, "R/T"),
+  // or -1 when unavailable.
+  static int MachineRunnable() {
+    std::FILE* f = std::fopen("/proc/loadavg", "r");
+    if (f == nullptr) return -1;
+    double l1, l5, l15;
+    int runnable = -1, total = 0;
+    if (std::fscanf(f, "%lf %lf %lf %d/%d", &l1, &l5, &l15, &runnable, &total) != 5) runnable = -1;
+    std::fclose(f);
+    return runnable;
+  }
+
   void SampleQueues() {
+    // The monitor itself is one of the runnable threads it sees.
+    const int runnable = MachineRunnable();
+    machine_busy.store(runnable >= 0 && runnable - 1 > cores, std::memory_order_relaxed);
     for (int c = 0; c < kClasses; ++c) queue_sample_sum[c] += static_cast<double>(QueueLen(c));
     ++queue_samples;
   }
