@@ -1,0 +1,57 @@
+"""`nvmw calibrate`: sweep fixed thread configurations per phase on this machine and derive
+an SLA spec (goals + scaling bounds for the reward) and the per-phase best configuration
+(the oracle controller's table)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+from nvmw.rl.runs import add_env_args, env_from_args, run_header
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("calibrate", help="derive SLA goals and the oracle table from a sweep",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_env_args(p, steps=False)
+    p.add_argument("--grid", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32],
+                   help="thread counts swept for each pool (default %(default)s)")
+    p.add_argument("--windows", type=int, default=5, help="measured windows per configuration (default %(default)s)")
+    p.add_argument("--phases", type=int, nargs="+", default=[1, 2, 3, 4])
+    p.add_argument("--quantile", type=float, default=0.25,
+                   help="goal quantile across configurations (default %(default)s)")
+    p.add_argument("--out", required=True, help="SLA spec TOML to write")
+    p.add_argument("--oracle-out", default=None, help="oracle table JSON to write (default: next to --out)")
+    p.add_argument("--sweep-out", default=None, help="also write the raw sweep rows (JSON)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from nvmw.rl.calibration import calibrate, sweep_env
+
+    env = env_from_args(args)
+    env.max_episode_steps = 10**9  # the sweep is one long episode per phase
+    t0 = time.monotonic()
+    try:
+        rows = sweep_env(env, phases=args.phases, grid=args.grid, windows=args.windows, seed=args.seed,
+                         progress=True)
+        header = run_header(args.env, env)
+    finally:
+        env.close()
+    name = f"calibrated-{args.device if args.env == 'real' else args.env}"
+    notes = (f"nvmw calibrate: {header['cores']} cores, env {args.env}, device {header['device']}, "
+             f"window {args.window} s, grid {args.grid}, {args.windows} windows/config, quantile {args.quantile}")
+    spec, table, report = calibrate(rows, quantile=args.quantile, name=name, notes=notes)
+    spec.save(args.out)
+    oracle_out = args.oracle_out or os.path.splitext(args.out)[0] + ".oracle.json"
+    with open(oracle_out, "w", encoding="utf-8") as fh:
+        json.dump({"table": report["oracle"], "spec": name, "run": header}, fh, indent=2)
+    if args.sweep_out:
+        with open(args.sweep_out, "w", encoding="utf-8") as fh:
+            json.dump(rows, fh)
+    print(json.dumps({"spec": args.out, "oracle": oracle_out, "lat_goal_us": spec.lat_goal,
+                      "tp_goal_ops_per_s": spec.tp_goal, "oracle_table": report["oracle"],
+                      "feasible_fraction_per_phase": report["feasible_fraction_per_phase"],
+                      "wall_s": round(time.monotonic() - t0, 1), **header}, indent=2))
+    return 0

@@ -1,0 +1,37 @@
+"""`nvmw collect`: run a random agent on the environment and save its transitions (.npz)
+for offline pretraining (thesis: 150 episodes per phase)."""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from nvmw.rl.runs import add_env_args, env_from_args, run_header
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("collect", help="random-agent transitions for pretraining (.npz)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_env_args(p)
+    p.add_argument("--episodes", type=int, default=150, help="episodes per phase (default %(default)s, as the thesis)")
+    p.add_argument("--phases", type=int, nargs="+", default=[1, 2, 3, 4])
+    p.add_argument("--out", required=True, help="transitions file to write (.npz)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from nvmw.rl.pretrain import collect_transitions, save_transitions
+
+    env = env_from_args(args)
+    t0 = time.monotonic()
+    try:
+        data = collect_transitions(env, episodes_per_phase=args.episodes, phases=args.phases, seed=args.seed,
+                                   progress=True)
+        header = run_header(args.env, env, episodes_per_phase=args.episodes, steps=args.steps,
+                            phases=args.phases, seed=args.seed)
+    finally:
+        env.close()
+    header["wall_s"] = round(time.monotonic() - t0, 1)
+    save_transitions(args.out, data, meta=header)
+    print(json.dumps({"out": args.out, "transitions": int(len(data["actions"])), **header}, indent=2))
+    return 0

@@ -1,0 +1,37 @@
+"""`nvmw tune`: per-action model selection for the Q models (thesis Appendix D): 5-fold
+cross-validation over Table D.1's grid on collected transitions, in parallel with joblib,
+or on a Ray cluster (--backend ray)."""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tune", help="cross-validated hyperparameter search for the nine Q models",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("transitions", help="file written by `nvmw collect`")
+    p.add_argument("--out", required=True, help="JSON with the chosen parameters per action")
+    p.add_argument("--quick", action="store_true", help="a 16-point grid instead of Table D.1's 1296")
+    p.add_argument("--cv", type=int, default=5, help="folds (default %(default)s)")
+    p.add_argument("--n-jobs", type=int, default=2, help="parallel fits (default %(default)s)")
+    p.add_argument("--backend", choices=["loky", "ray"], default="loky",
+                   help="joblib backend: local processes, or Ray (local instance or --ray-address)")
+    p.add_argument("--ray-address", default=None, help="connect to this Ray cluster instead of starting one")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from nvmw.rl.pretrain import FULL_GRID, QUICK_GRID, load_transitions, tune_models
+
+    data = load_transitions(args.transitions)
+    res = tune_models(data, grid=QUICK_GRID if args.quick else FULL_GRID, cv=args.cv, n_jobs=args.n_jobs,
+                      backend=args.backend, ray_address=args.ray_address, seed=args.seed, progress=True)
+    res["transitions"] = args.transitions
+    with open(args.out, "w", encoding="utf-8") as fh:
+        json.dump(res, fh, indent=2)
+    print(json.dumps({"out": args.out, "backend": res["backend"], "wall_s": round(res["wall_s"], 1),
+                      "test_r2": [round(x, 3) for x in res["test_r2"]], "model_params": res["model_params"]},
+                     indent=2))
+    return 0
