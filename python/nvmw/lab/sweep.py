@@ -213,6 +213,7 @@ def run_sweep(config: Optional[SweepConfig] = None,
     cfg = (config or SweepConfig()).validate()
     say = progress or (lambda line: None)
     trace = batch_trace(cfg)
+    load_before = os.getloadavg()[0]  # the machine is shared: say how busy it was
     rows: list = []
     per_config: list = []
     plan = _configs(cfg)
@@ -241,6 +242,8 @@ def run_sweep(config: Optional[SweepConfig] = None,
 
     summary = summarize(cfg, per_config)
     summary["elapsed_s"] = round(time.monotonic() - t_start, 2)
+    summary["loadavg_1min_start"] = load_before
+    summary["loadavg_1min_end"] = os.getloadavg()[0]
     if cfg.out_dir:
         os.makedirs(cfg.out_dir, exist_ok=True)
         write_csv(os.path.join(cfg.out_dir, "sweep.csv"), rows)
