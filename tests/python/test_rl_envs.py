@@ -1,0 +1,121 @@
+"""Gymnasium environments: API conformance (check_env), seeding, actions, info convention,
+phase switching; RealEnv on the real middleware + phase workload with 0.05 s windows."""
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from nvmw.rl import ACTION_DELTAS, RealEnv, SeqPhaseEnv, SyntheticEnv, apply_action, load_spec
+
+INFO_KEYS = {"stats", "p99_us", "throughput", "offered_ops_per_s", "phase", "threads", "window_s",
+             "sla_latency_met", "sla_throughput_met", "control"}
+
+
+def test_action_table_matches_thesis_table_3_3():
+    assert ACTION_DELTAS == ((0, 0), (1, 0), (-1, 0), (0, 1), (0, -1), (1, 1), (1, -1), (-1, 1), (-1, -1))
+    assert apply_action((1, 32), 8) == (1, 31)
+    assert apply_action((32, 1), 6) == (32, 1)
+    assert apply_action((5, 5), 7, max_threads=32) == (4, 6)
+
+
+def test_synthetic_env_passes_check_env():
+    check_env(SyntheticEnv(max_episode_steps=10))
+
+
+def test_reset_is_reproducible_and_options_work():
+    env = SyntheticEnv()
+    o1, _ = env.reset(seed=5)
+    o2, _ = env.reset(seed=5)
+    np.testing.assert_array_equal(o1, o2)
+    o3, info = env.reset(seed=5, options={"phase": 3, "threads": (7, 3)})
+    assert info["phase"] == 3 and tuple(o3[:2]) == (7, 3) and env.threads == (7, 3)
+    env.step(0)
+    env.reset(options={"phase": 2, "threads": "keep"})
+    assert env.threads == (7, 3) and env.phase == 2
+    with pytest.raises(ValueError, match="phase"):
+        env.reset(options={"phase": 9})
+    with pytest.raises(ValueError, match="threads"):
+        env.reset(options={"threads": (0, 4)})
+    with pytest.raises(ValueError, match="unknown reset options"):
+        env.reset(options={"speed": 1})
+
+
+def test_step_applies_actions_and_truncates_at_200():
+    env = SyntheticEnv()
+    env.reset(seed=0, options={"threads": (10, 10)})
+    _, r, term, trunc, info = env.step(5)
+    assert env.threads == (11, 11) and info["threads"] == [11, 11]
+    assert INFO_KEYS <= set(info) and not term and not trunc
+    assert r == pytest.approx(__import__("nvmw.rl", fromlist=["reward"]).reward(info["p99_us"], info["throughput"], env.sla))
+    with pytest.raises(ValueError):
+        env.step(9)
+    n = 1
+    while not trunc:
+        _, _, _, trunc, _ = env.step(0)
+        n += 1
+    assert n == 200
+
+
+def test_seq_phase_env_switches_in_seeded_random_order():
+    env = SeqPhaseEnv(SyntheticEnv(), total_steps=80, switch_every=10)
+    env.reset(seed=1)
+    sched = list(env.schedule_)
+    assert len(sched) == 8 and sorted(sched[:4]) == [1, 2, 3, 4] and sorted(sched[4:]) == [1, 2, 3, 4]
+    phases, trunc, steps = [], False, 0
+    while not trunc:
+        _, _, _, trunc, info = env.step(0)
+        phases.append(info["phase"])
+        steps += 1
+    assert steps == 80
+    assert phases[::10] == sched and env.unwrapped.threads == (15, 15)
+    env.reset(seed=1)
+    assert env.schedule_ == sched
+    env.reset(seed=2)
+    assert env.schedule_ != sched
+
+
+# ---- the real middleware ---------------------------------------------------------------
+
+@pytest.fixture
+def real_env():
+    env = RealEnv(1, window_s=0.05, max_episode_steps=50, sla="thesis", device="optane-1dimm")
+    yield env
+    env.close()
+
+
+def test_real_env_passes_check_env(real_env):
+    check_env(real_env)
+
+
+def test_real_env_steps_report_window_stats(real_env):
+    obs, info = real_env.reset(seed=3, options={"threads": (4, 2)})
+    assert tuple(obs[:2]) == (4, 2)
+    seen = set()
+    for a in (1, 3, 0):
+        obs, r, term, trunc, info = real_env.step(a)
+        assert INFO_KEYS <= set(info)
+        assert set(info["stats"]) >= {"interactive", "batch", "all"}
+        assert info["p99_us"] == info["stats"]["interactive"]["p99_us"]
+        assert info["throughput"] == info["stats"]["all"]["ops_per_s"]
+        assert info["offered_ops_per_s"] > 0
+        assert isinstance(r, float) and np.isfinite(r)
+        assert obs in real_env.observation_space
+        seen.add(info["stats"]["seq"])
+    assert len(seen) == 3  # one fresh window per step
+    assert real_env.threads == (5, 3) and tuple(real_env.mw.threads) == (5, 3)
+    assert obs[0] == 5 and obs[1] == 3
+    real_env.switch_phase(3)
+    _, _, _, _, info = real_env.step(0)
+    assert info["phase"] == 3 and real_env.threads == (5, 3)
+    # Batch requests of phase 3 are 4 KB reads: the next window shows it.
+    _, _, _, _, info = real_env.step(0)
+    assert info["stats"]["batch"]["mean_block_bytes"] == pytest.approx(4096, rel=0.01)
+
+
+def test_real_env_no_control_mode():
+    env = RealEnv(2, window_s=0.05, control=False, sla=load_spec("thesis"))
+    try:
+        env.reset(seed=0)
+        obs, _, _, _, info = env.step(5)  # actions are ignored without pools
+        assert info["control"] is False and info["stats"]["all"]["ops"] > 0
+    finally:
+        env.close()
