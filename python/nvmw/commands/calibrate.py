@@ -24,21 +24,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="SLA spec TOML to write")
     p.add_argument("--oracle-out", default=None, help="oracle table JSON to write (default: next to --out)")
     p.add_argument("--sweep-out", default=None, help="also write the raw sweep rows (JSON)")
+    p.add_argument("--from-sweep", default=None, help="derive from sweep rows saved by --sweep-out "
+                   "instead of running a sweep")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from nvmw.rl.calibration import calibrate, sweep_env
 
-    env = env_from_args(args)
-    env.max_episode_steps = 10**9  # the sweep is one long episode per phase
     t0 = time.monotonic()
-    try:
-        rows = sweep_env(env, phases=args.phases, grid=args.grid, windows=args.windows, seed=args.seed,
-                         progress=True)
-        header = run_header(args.env, env)
-    finally:
-        env.close()
+    if args.from_sweep:
+        with open(args.from_sweep, encoding="utf-8") as fh:
+            saved = json.load(fh)
+        rows, header = (saved["rows"], saved["run"]) if isinstance(saved, dict) else (saved, None)
+        if header is None:
+            env = env_from_args(args)
+            header = run_header(args.env, env)
+            env.close()
+    else:
+        env = env_from_args(args)
+        env.max_episode_steps = 10**9  # the sweep is one long episode per phase
+        try:
+            rows = sweep_env(env, phases=args.phases, grid=args.grid, windows=args.windows, seed=args.seed,
+                             progress=True)
+            header = run_header(args.env, env)
+        finally:
+            env.close()
+    header = {k: v for k, v in header.items() if k != "sla"}
     name = f"calibrated-{args.device if args.env == 'real' else args.env}"
     notes = (f"nvmw calibrate: {header['cores']} cores, env {args.env}, device {header['device']}, "
              f"window {args.window} s, grid {args.grid}, {args.windows} windows/config, quantile {args.quantile}")
@@ -49,7 +61,7 @@ def run(args) -> int:
         json.dump({"table": report["oracle"], "spec": name, "run": header}, fh, indent=2)
     if args.sweep_out:
         with open(args.sweep_out, "w", encoding="utf-8") as fh:
-            json.dump(rows, fh)
+            json.dump({"rows": rows, "run": header}, fh)
     print(json.dumps({"spec": args.out, "oracle": oracle_out, "lat_goal_us": spec.lat_goal,
                       "tp_goal_ops_per_s": spec.tp_goal, "oracle_table": report["oracle"],
                       "feasible_fraction_per_phase": report["feasible_fraction_per_phase"],

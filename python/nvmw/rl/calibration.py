@@ -58,10 +58,12 @@ def _per_config(rows: Sequence[Mapping[str, Any]]) -> dict[int, dict[tuple[int, 
 def derive_spec(rows: Sequence[Mapping[str, Any]], *, quantile: float = 0.25, name: str = "calibrated",
                 notes: str = "", base: SLASpec | None = None) -> tuple[SLASpec, dict[str, Any]]:
     """Goals from the sweep: per phase, the `quantile` of the configurations' median
-    interactive p99 and the (1 - quantile) of their median throughput; lat_goal is the
-    largest of those over phases and tp_goal the smallest, so in every phase the best
-    quarter of configurations can meet each goal. If in some phase no configuration meets
-    both, tp_goal drops to the best throughput among that phase's latency-meeting configs.
+    interactive p99 and the `quantile` of their median throughput; lat_goal is the largest
+    of those over phases (so in every phase the best quarter of configurations meets it)
+    and tp_goal the smallest. The workloads are open-loop, so throughput tracks the offered
+    load and only falls when a configuration falls behind: the lower-quartile goal flags
+    exactly that. If in some phase no configuration meets both, tp_goal drops to the best
+    throughput among that phase's latency-meeting configurations.
     Scaling bounds: min_value 0, max_latency / max_throughput twice the largest window
     seen. Penalties and scale ranges are the thesis's (from `base`)."""
     if not 0 < quantile < 1:
@@ -70,7 +72,7 @@ def derive_spec(rows: Sequence[Mapping[str, Any]], *, quantile: float = 0.25, na
     if not per:
         raise ValueError("empty sweep")
     lat_goal = max(float(np.quantile([v[0] for v in d.values()], quantile)) for d in per.values())
-    tp_goal = min(float(np.quantile([v[1] for v in d.values()], 1 - quantile)) for d in per.values())
+    tp_goal = min(float(np.quantile([v[1] for v in d.values()], quantile)) for d in per.values())
     for d in per.values():
         ok_lat = [tp for (lat, tp) in d.values() if lat <= lat_goal]
         if ok_lat and max(ok_lat) < tp_goal:
