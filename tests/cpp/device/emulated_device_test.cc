@@ -160,16 +160,17 @@ TEST(DeviceBenchTest, RejectsBadOptions) {
 
 // The emulation property the middleware's experiments rest on, measured by running
 // real threads: write bandwidth with 24 writers on one DIMM is less than half of the
-// best of 1..4 writers. 1 MB writes make the modelled time (0.5-30 ms per access)
-// dwarf the host's own costs. The assertion uses the emulator's accounting over the
-// time the device was busy, so a starved host (idle gaps between one thread's
-// operations) cannot fake or hide the collapse; if the host is so loaded that the 24
-// writers do not even overlap, the run is repeated (a few times at most) rather than
-// judged. Wall-clock and elapsed-time figures are printed for the record.
+// best of 1..4 writers. 2 MB writes make the modelled time (1-60 ms per access) dwarf
+// the host's own costs. The assertion uses the emulator's accounting over the time the
+// device was busy, so idle gaps of a starved host cannot fake or hide the collapse.
+// The 24 writers must also really overlap (on average >= 20 in flight while busy); on
+// a host so overloaded that they do not, the run is repeated, and after three tries the
+// test is skipped as unmeasurable rather than judged. Wall-clock and elapsed-time
+// figures are printed for the record.
 DeviceBenchResult BenchWriters(const DeviceProfile& p, uint32_t n, uint32_t duration_ms) {
   DeviceBenchOptions o;
   o.op = DeviceOp::kWrite;
-  o.bytes = 1 << 20;
+  o.bytes = 2 << 20;
   o.threads = n;
   o.warmup_ms = 40;
   o.duration_ms = duration_ms;
@@ -192,10 +193,13 @@ TEST(DeviceBenchTest, TwentyFourWritersCollapseBelowHalfThePeak) {
   }
   DeviceBenchResult r;
   for (int attempt = 0; attempt < 3; ++attempt) {
-    r = BenchWriters(p, 24, 400);  // each access takes ~30 ms at 24 writers
-    if (r.mean_active_while_busy >= 16) break;
+    r = BenchWriters(p, 24, 500);  // each access takes ~60 ms at 24 writers
+    if (r.mean_active_while_busy >= 20) break;
   }
-  ASSERT_GE(r.mean_active_while_busy, 16) << "host too loaded: the 24 writers never overlapped";
+  if (r.mean_active_while_busy < 20) {
+    GTEST_SKIP() << "host too loaded: the 24 writers did not overlap (mean "
+                 << r.mean_active_while_busy << " in flight)";
+  }
   RecordProperty("peak_busy_GBps", std::to_string(peak));
   RecordProperty("w24_busy_GBps", std::to_string(r.busy_bandwidth_bytes_per_ns));
   EXPECT_LT(r.busy_bandwidth_bytes_per_ns, 0.5 * peak);
