@@ -10,7 +10,7 @@
 #include <unordered_map>
 
 #include "nvmw/trace.h"
-#include "workload/trace_util.h"
+#include "trace_util.h"  // same directory: also found when fuzz/ compiles this file
 
 namespace nvmw {
 
