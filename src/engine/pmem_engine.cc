@@ -136,7 +136,7 @@ class PmemEngine final : public Engine {
   // Validates the root, finishes an interrupted creation, then walks every chain
   // (checking each link so a damaged pool is refused rather than crashing later),
   // rebuilds the volatile counts, and frees entry objects no chain reaches.
-  Status Init(const std::string& path, uint64_t bucket_count, bool created);
+  Status Init(const std::string& path, uint64_t bucket_count);
 
   Status Get(std::string_view key, const ValueFn& fn) override {
     Status s = CheckKey(key, options_.max_key_bytes);
@@ -207,7 +207,7 @@ class PmemEngine final : public Engine {
   std::vector<Stripe> stripes_;
 };
 
-Status PmemEngine::Init(const std::string& path, uint64_t bucket_count, bool created) {
+Status PmemEngine::Init(const std::string& path, uint64_t bucket_count) {
   size_t root_size = pmemobj_root_size(pop_);
   if (root_size != 0 && root_size != sizeof(Root)) {
     return Status::Corruption(path + ": root object of " + std::to_string(root_size) +
@@ -413,7 +413,6 @@ Status OpenPmemEngine(const std::string& path, const PmemOptions& options,
   }
 
   PMEMobjpool* pop = nullptr;
-  bool created = false;
   for (int attempt = 0; pop == nullptr && attempt < 2; ++attempt) {
     errno = 0;
     if (stat(path.c_str(), &st) != 0) {
@@ -424,10 +423,7 @@ Status OpenPmemEngine(const std::string& path, const PmemOptions& options,
                                        std::to_string(PMEMOBJ_MIN_POOL));
       }
       pop = pmemobj_create(path.c_str(), kLayout, options.pool_size_bytes, 0666);
-      if (pop != nullptr) {
-        created = true;
-        break;
-      }
+      if (pop != nullptr) break;
       if (errno == EEXIST) continue;  // lost a race with another creator: open it
       int err = errno;
       std::string msg = path + ": cannot create pool: " + PmemError();
@@ -465,7 +461,7 @@ Status OpenPmemEngine(const std::string& path, const PmemOptions& options,
   if (pop == nullptr) return Status::IOError(path + ": cannot open or create pool");
 
   auto pmem = std::make_unique<PmemEngine>(pop, options);
-  Status s = pmem->Init(path, options.bucket_count, created);
+  Status s = pmem->Init(path, options.bucket_count);
   if (!s.ok()) return s;  // the destructor closes the pool
   if (options.prefault && stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
     // A single-file pool is mapped whole, header first, at `pop`.
