@@ -328,7 +328,8 @@ def plot_sweep(summary: dict, path: str) -> None:
     xs = list(range(1, len(configs) + 1))
     fig, ax = plt.subplots(figsize=(max(8.0, 0.32 * len(configs) + 3), 4.8))
     box = ax.boxplot([c["p99_samples_us"] for c in configs], positions=xs, widths=0.6,
-                     whis=(0, 100), patch_artist=True, showfliers=False)
+                     whis=(0, 100), patch_artist=True, showfliers=False,
+                     medianprops={"color": "black"})
     for k, patch in enumerate(box["boxes"]):
         base = not configs[k]["control"]
         patch.set_facecolor("#4c72b0" if base else "#55a868")
