@@ -153,6 +153,31 @@ struct Middleware::Impl {
     unsigned hc = std::thread::hardware_concurrency();
     cores = hc == 0 ? 1 : static_cast<int>(hc);
   }
+  ~Impl() {
+    AsyncTask* t = nullptr;
+    while (free_tasks && free_tasks->TryPop(&t)) delete t;
+  }
+
+  static constexpr size_t kFreeTasks = 1024;
+  static constexpr size_t kKeepStringBytes = 1024;  // larger buffers are released
+
+  AsyncTask* NewAsyncTask() {
+    AsyncTask* t = nullptr;
+    if (free_tasks->TryPop(&t)) return t;
+    return new AsyncTask;
+  }
+
+  void RecycleAsyncTask(AsyncTask* t) {
+    t->done = nullptr;  // destroys the callback's captures here, as a delete would
+    for (std::string* str : {&t->request.key, &t->request.value}) {
+      if (str->capacity() > kKeepStringBytes) {
+        std::string().swap(*str);
+      } else {
+        str->clear();
+      }
+    }
+    if (!free_tasks->TryPush(t)) delete t;
+  }
 
   const MiddlewareOptions options;
   int cores = 1;
@@ -182,6 +207,11 @@ struct Middleware::Impl {
   std::vector<std::unique_ptr<StatsShard>> shards;
   std::vector<StatsShard*> caller_stripes;  // no-control mode, fixed after Start
   std::atomic<uint64_t> rejected[kClasses] = {};
+
+  // Finished async tasks kept for reuse: a task is allocated by the submitter and
+  // finished by a worker, and recycling it avoids a cross-thread malloc/free pair per
+  // request (allocator arena lock traffic between the two threads).
+  std::unique_ptr<BoundedQueue<AsyncTask>> free_tasks;
 
   // No-control mode.
   std::unique_ptr<std::counting_semaphore<kMaxInflightLimit>> inflight;
@@ -348,7 +378,7 @@ struct Middleware::Impl {
       } catch (...) {
         std::fprintf(stderr, "nvmw: completion threw (ignored)\n");
       }
-      delete at;
+      RecycleAsyncTask(at);
       return;
     }
     Status s = ExecuteOp(db, t->op, t->key, t->value, t->get_out, &bytes);
@@ -520,7 +550,10 @@ struct Middleware::Impl {
       done(s, std::move(value));
       return Status::OK();
     }
-    auto* t = new AsyncTask;
+    // Admission first: before Start there is no task pool to draw from.
+    Gate gate(this);
+    if (!gate.open) return Status::Shutdown("middleware is not running");
+    AsyncTask* t = NewAsyncTask();
     t->request = std::move(request);
     t->done = std::move(done);
     t->op = t->request.op;
@@ -529,12 +562,8 @@ struct Middleware::Impl {
     t->key = t->request.key;
     t->value = t->request.value;
     t->submit_ns = submit_ns;
-    {
-      Gate gate(this);
-      if (gate.open) s = Enqueue(t);
-      else s = Status::Shutdown("middleware is not running");
-    }
-    if (!s.ok()) delete t;
+    s = Enqueue(t);
+    if (!s.ok()) RecycleAsyncTask(t);
     return s;
   }
 
@@ -690,6 +719,7 @@ struct Middleware::Impl {
       for (int c = 0; c < kClasses; ++c) {
         pools[c] = std::make_unique<Pool>(options.queue_capacity, options.max_threads);
       }
+      free_tasks = std::make_unique<BoundedQueue<AsyncTask>>(kFreeTasks);
     } else {
       inflight = std::make_unique<std::counting_semaphore<kMaxInflightLimit>>(
           options.no_control_max_inflight);
