@@ -124,3 +124,14 @@ def test_collect_on_real_middleware(tmp_path):
     data = load_transitions(out)
     assert len(data["actions"]) == 4 and np.all(data["throughput"] > 0)
     assert json.loads(data["meta"])["device"] == "optane-1dimm"
+
+
+def test_train_continues_a_saved_agent(pipeline, tmp_path):
+    out = tmp_path / "more.joblib"
+    assert main(["train", "--env", "synthetic", "--init-agent", str(pipeline / "agent.joblib"), "--episodes", "1",
+                 "--steps", "10", "--phases", "2", "--epsilon", "0.5", "--out", str(out)]) == 0
+    before = QLearningAgent.load(pipeline / "agent.joblib")
+    after = QLearningAgent.load(out)
+    assert after.n_episodes_ == before.n_episodes_ + 1 and after.n_updates_ == before.n_updates_ + 10
+    assert after.metadata_["previous"]["training"] == before.metadata_["training"]
+    assert after.metadata_["history"][0]["epsilon"] == 0.5

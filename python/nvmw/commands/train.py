@@ -18,6 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--transitions", default=None, help="pretraining data from `nvmw collect` (default: "
                    "collect --collect-episodes random episodes per phase first)")
     p.add_argument("--collect-episodes", type=int, default=2)
+    p.add_argument("--init-agent", default=None, help="continue training this saved agent (skips pretraining; "
+                   "its own hyperparameters are kept, --epsilon and the schedule options apply)")
     p.add_argument("--tuned", default=None, help="JSON from `nvmw tune` (per-action model parameters)")
     p.add_argument("--episodes", type=int, default=10, help="Q-learning episodes per phase (default %(default)s; "
                    "thesis: 700-1000)")
@@ -47,21 +49,29 @@ def run(args) -> int:
     timings: dict = {}
     history = []
     try:
-        if args.transitions:
-            data = load_transitions(args.transitions)
+        if args.init_agent:
+            agent = QLearningAgent.load(args.init_agent)
+            agent.epsilon, agent.epsilon_decay = args.epsilon, args.epsilon_decay
+            agent.epsilon_decay_mode, agent.epsilon_min = args.epsilon_decay_mode, args.epsilon_min
+            prior = getattr(agent, "metadata_", {}) or {}
+            data = None
         else:
-            data = collect_transitions(env, episodes_per_phase=args.collect_episodes, phases=args.phases,
-                                       seed=args.seed, progress=True)
-        params = None
-        if args.tuned:
-            with open(args.tuned, encoding="utf-8") as fh:
-                params = json.load(fh)["model_params"]
-        agent = QLearningAgent(gamma=args.gamma, learning_rate=args.learning_rate,
-                               learning_rate_mode=args.learning_rate_mode, epsilon=args.epsilon,
-                               epsilon_decay=args.epsilon_decay, epsilon_decay_mode=args.epsilon_decay_mode,
-                               epsilon_min=args.epsilon_min, model_params=params, random_state=args.seed)
-        agent.pretrain(data["states"], data["actions"], data["rewards"], data["next_states"],
-                       data["terminated"], fqi_iterations=args.fqi_iterations)
+            prior = {}
+            if args.transitions:
+                data = load_transitions(args.transitions)
+            else:
+                data = collect_transitions(env, episodes_per_phase=args.collect_episodes, phases=args.phases,
+                                           seed=args.seed, progress=True)
+            params = None
+            if args.tuned:
+                with open(args.tuned, encoding="utf-8") as fh:
+                    params = json.load(fh)["model_params"]
+            agent = QLearningAgent(gamma=args.gamma, learning_rate=args.learning_rate,
+                                   learning_rate_mode=args.learning_rate_mode, epsilon=args.epsilon,
+                                   epsilon_decay=args.epsilon_decay, epsilon_decay_mode=args.epsilon_decay_mode,
+                                   epsilon_min=args.epsilon_min, model_params=params, random_state=args.seed)
+            agent.pretrain(data["states"], data["actions"], data["rewards"], data["next_states"],
+                           data["terminated"], fqi_iterations=args.fqi_iterations)
         # One epsilon schedule per phase, as the thesis trains each workload separately.
         for rnd in range(args.rounds):
             for ph in args.phases:
@@ -80,8 +90,8 @@ def run(args) -> int:
     finally:
         env.close()
     meta = {"args": {k: v for k, v in vars(args).items() if k != "func"}, "run": header, "training": timings,
-            "history": history,
-            "pretrain_transitions": int(len(data["actions"]))}
+            "history": history, "previous": {k: prior[k] for k in ("args", "training") if k in prior},
+            "pretrain_transitions": None if data is None else int(len(data["actions"]))}
     agent.save(args.out, metadata=meta)
     curve = args.curve or os.path.splitext(args.out)[0] + ".curve.png"
     plot_curve(history, curve, header)
