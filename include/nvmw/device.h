@@ -200,6 +200,11 @@ struct DeviceBenchResult {
   double wall_bandwidth_bytes_per_ns = 0;
   double wall_seconds = 0;
   uint64_t operations = 0;  // completed in the interval
+  // Clients' wall-clock latency of one operation (host op + device), over the interval,
+  // next to the model's service time with `threads` accessors of the same kind.
+  double p50_latency_us = 0;
+  double p99_latency_us = 0;
+  double model_service_time_us = 0;
 };
 
 Status RunDeviceBench(const DeviceProfile& profile, const DeviceBenchOptions& options,

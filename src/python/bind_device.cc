@@ -216,6 +216,9 @@ void BindDevice(nb::module_& m) {
         d["mean_active_while_busy"] = r.mean_active_while_busy;
         d["operations"] = r.operations;
         d["wall_seconds"] = r.wall_seconds;
+        d["p50_latency_us"] = r.p50_latency_us;
+        d["p99_latency_us"] = r.p99_latency_us;
+        d["model_service_time_us"] = r.model_service_time_us;
         return d;
       },
       nb::arg("profile"), nb::arg("op") = "write", nb::arg("threads") = 1,
