@@ -36,7 +36,9 @@ struct EngineBenchOptions {
 // Runs the benchmark and fills *out with put_128_ops_per_s, get_128_ops_per_s,
 // put_800k_ops_per_s, get_800k_ops_per_s, put_800k_gb_per_s, get_800k_gb_per_s,
 // threads (the names keep the default sizes even when small/large_bytes change),
-// plus small_bytes, large_bytes and prefault (0/1). Gets verify every value they read; a
+// plus small_bytes, large_bytes and prefault (0/1), and memcpy_800k_gb_per_s (the
+// same threads copying large_bytes buffers from memory: the get ceiling) with
+// get_800k_vs_memcpy, their ratio measured in the same run. Gets verify every value they read; a
 // mismatch is Corruption. Errors: InvalidArgument for bad options, whatever the
 // engine returns otherwise.
 Status RunEngineBench(const EngineBenchOptions& options, std::map<std::string, double>* out);
