@@ -1,5 +1,7 @@
 """Phases 1-4 as data (load, validate, build reproducible traces) and a short co-run
 of a PhaseWorkload producing windows where both classes complete requests."""
+import time
+
 import pytest
 
 import nvmw
@@ -81,7 +83,10 @@ def test_phase_workload_co_run_both_classes_progress():
         assert res["interactive"]["read"]["not_found"] == 0
         # Restartable on the same middleware.
         work.start()
-        seq = mw.wait_for_window(seq, 10.0)["seq"]
+        for _ in range(2000):  # poll, no timing assertion: a loaded machine may be slow
+            if work.issued()["interactive"] > 0:
+                break
+            time.sleep(0.005)
         res2 = work.stop()
         assert res2["interactive"]["all"]["ops"] > 0
 

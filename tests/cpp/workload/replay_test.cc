@@ -155,17 +155,25 @@ TEST(Replay, AccelerationLoopAndDuration) {
   o.threads = 4;
   o.accel = 10;       // period 20 ms
   o.loop = true;
-  o.duration_s = 0.2;  // ~10 passes
+  o.duration_s = 0.5;  // ~25 passes
   Replay replay(t, o);
   EXPECT_NEAR(replay.OfferedOpsPerSecond(), 1000, 1);
   ReplayResult r;
   ASSERT_TRUE(replay.Run(f.mw.get(), &r).ok());
   EXPECT_TRUE(r.stopped);
   EXPECT_GT(r.passes, 2u);
-  EXPECT_LE(r.passes, 10u);
-  EXPECT_LE(r.all.ops, 200u);  // nothing due after the duration is issued
+  EXPECT_LE(r.passes, 25u);
+  EXPECT_LE(r.all.ops, 500u);  // nothing due after the duration is issued
   EXPECT_GT(r.all.ops, 40u);
   EXPECT_EQ(r.read.not_found, 0u);
+}
+
+// Polls (no timing assertion) until the replay has completed a request; a loaded
+// machine may take a while to schedule the first client.
+void WaitForCompletions(const Replay& replay) {
+  for (int i = 0; i < 2000 && replay.completed() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 TEST(Replay, StopEndsALongReplayAndRestartWorks) {
@@ -176,7 +184,7 @@ TEST(Replay, StopEndsALongReplayAndRestartWorks) {
   Replay replay(t, o);
   ASSERT_TRUE(replay.Start(f.mw.get()).ok());
   EXPECT_TRUE(replay.Start(f.mw.get()).IsInvalidArgument());  // already running
-  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  WaitForCompletions(replay);
   EXPECT_TRUE(replay.running());
   replay.Stop();
   ReplayResult r;
@@ -188,7 +196,7 @@ TEST(Replay, StopEndsALongReplayAndRestartWorks) {
   EXPECT_EQ(r.all.ops, replay.completed());
   // Restart: the schedule starts over, the preload is not repeated.
   ASSERT_TRUE(replay.Start(f.mw.get()).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  WaitForCompletions(replay);
   replay.Stop();
   ReplayResult r2;
   ASSERT_TRUE(replay.Join(&r2).ok());
