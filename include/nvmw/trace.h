@@ -67,7 +67,8 @@ struct TraceReadOptions {
   // memory when reading a window of the 44 M-row real file.
   int64_t start_unix_ms = std::numeric_limits<int64_t>::min();
   int64_t end_unix_ms = std::numeric_limits<int64_t>::max();
-  // Stop after this many accepted rows (0 = no limit); for peeking at big files.
+  // Stop after this many accepted rows in file order (0 = no limit); for peeking at
+  // big files (the released file is unsorted, so these are not the earliest rows).
   uint64_t max_rows = 0;
 };
 
