@@ -1,6 +1,7 @@
 // Tests of the CSV and TOML-subset readers behind device profiles, and of the
 // profile loader's error reporting.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
