@@ -106,10 +106,10 @@ def run(args: argparse.Namespace) -> int:
         print_json({k: v for k, v in summary.items() if k != "configs"})
     else:
         print(f"baseline p99 {summary['baseline_p99_us']:.1f} us, best {summary['best_p99_us']:.1f} us "
-              f"at {summary['best_p99_config']} ({_x(summary['p99_improvement_x'])} lower)")
+              f"at {summary['best_p99_config']} (improvement baseline/best: {_x(summary['p99_improvement_x'])})")
         print(f"baseline batch {summary['baseline_throughput']:.0f} ops/s, best "
               f"{summary['best_throughput']:.0f} ops/s at {summary['best_throughput_config']} "
-              f"({_x(summary['throughput_improvement_x'])})")
+              f"(improvement best/baseline: {_x(summary['throughput_improvement_x'])})")
         for kind, path in summary.get("files", {}).items():
             print(f"{kind}: {path}")
     return 0
