@@ -156,7 +156,11 @@ void BindCore(nb::module_& m) {
       .def(
           "exists",
           [](PyEngine& e, nb::bytes key) {
-            Status s = e.engine->Exists(View(key));
+            Status s;
+            {
+              nb::gil_scoped_release release;  // an emulated device may sleep here
+              s = e.engine->Exists(View(key));
+            }
             if (s.IsNotFound()) return false;
             ThrowIfError(s);
             return true;
