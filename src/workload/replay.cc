@@ -168,6 +168,9 @@ struct Replay::Impl {
       }
       int64_t done = NowNs();
       completed.fetch_add(1, std::memory_order_relaxed);
+      // A stopped middleware will refuse everything that follows: end the replay
+      // rather than keep issuing (possibly forever, when looping) into a closed store.
+      if (s.IsShutdown()) stop.store(true, std::memory_order_relaxed);
       uint64_t lat = static_cast<uint64_t>(std::max<int64_t>(0, done - due));
       uint64_t svc = static_cast<uint64_t>(std::max<int64_t>(0, done - issue));
       st->lag.Record(static_cast<uint64_t>(std::max<int64_t>(0, issue - due)));

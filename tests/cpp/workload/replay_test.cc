@@ -242,6 +242,21 @@ TEST(Replay, TwoReplaysCoRunInTheBackground) {
   EXPECT_EQ(ri.errors + rb.errors, 0u);
 }
 
+TEST(Replay, EndsWhenTheMiddlewareStops) {
+  Fixture f;
+  ReplayOptions o;
+  o.threads = 4;
+  o.loop = true;  // would run until Stop() otherwise
+  Replay replay(MakeTrace(100, 1.0, 10), o);
+  ASSERT_TRUE(replay.Start(f.mw.get()).ok());
+  WaitForCompletions(replay);
+  ASSERT_TRUE(f.mw->Stop().ok());
+  ReplayResult r;
+  ASSERT_TRUE(replay.Join(&r).ok());  // returns: the clients saw Shutdown and ended
+  EXPECT_TRUE(r.stopped);
+  EXPECT_GE(r.errors, 1u);
+}
+
 TEST(Replay, RejectsBadOptions) {
   Fixture f;
   ReplayResult r;
