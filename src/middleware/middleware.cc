@@ -198,10 +198,14 @@ struct Middleware::Impl {
   // callers that are spinning. Used only to decide whether spinning can help.
   std::atomic<int> running_workers{0};
   std::atomic<int> spinners{0};
-  // Set by the monitor when the whole machine has more runnable threads than cores
-  // (other processes included, from /proc/loadavg): spinning then only steals the CPU
-  // from the thread we are waiting for.
-  std::atomic<bool> machine_busy{false};
+  // Runnable threads on the machine that are not ours (other processes, and our
+  // callers while they run their own code), from /proc/loadavg, sampled by the
+  // monitor; the minimum of the last three samples, so a passing blip does not count.
+  // A spinner that would have to share a core with them only delays the thread it
+  // waits for.
+  std::atomic<int> other_runnable{0};
+  int other_samples[3] = {0, 0, 0};  // monitor thread only
+  uint64_t other_sample_count = 0;   // monitor thread only
 
   std::mutex shards_mu;  // guards shards (the shards themselves have their own mutex)
   std::vector<std::unique_ptr<StatsShard>> shards;
@@ -275,16 +279,18 @@ struct Middleware::Impl {
   // ---- spinning policy ----
   // A waiter spins only while the threads busy inside the middleware leave it a core.
   bool CallerMaySpin() const {
-    if (options.spin_ns <= 0 || machine_busy.load(std::memory_order_relaxed)) return false;
+    if (options.spin_ns <= 0) return false;
     return running_workers.load(std::memory_order_relaxed) +
-               spinners.load(std::memory_order_relaxed) <
+               spinners.load(std::memory_order_relaxed) +
+               other_runnable.load(std::memory_order_relaxed) <
            cores;
   }
   // An idle worker counts itself among running_workers.
   bool WorkerMaySpin() const {
-    if (options.spin_ns <= 0 || machine_busy.load(std::memory_order_relaxed)) return false;
+    if (options.spin_ns <= 0) return false;
     return running_workers.load(std::memory_order_relaxed) +
-               spinners.load(std::memory_order_relaxed) <=
+               spinners.load(std::memory_order_relaxed) +
+               other_runnable.load(std::memory_order_relaxed) <=
            cores;
   }
 
@@ -592,9 +598,15 @@ struct Middleware::Impl {
   }
 
   void SampleQueues() {
-    // The monitor itself is one of the runnable threads it sees.
     const int runnable = MachineRunnable();
-    machine_busy.store(runnable >= 0 && runnable - 1 > cores, std::memory_order_relaxed);
+    if (runnable >= 0) {
+      // Ours: busy workers, spinning callers, and the monitor reading the file.
+      const int ours = running_workers.load(std::memory_order_relaxed) +
+                       spinners.load(std::memory_order_relaxed) + 1;
+      other_samples[other_sample_count++ % 3] = std::max(0, runnable - ours);
+      other_runnable.store(std::min({other_samples[0], other_samples[1], other_samples[2]}),
+                           std::memory_order_relaxed);
+    }
     for (int c = 0; c < kClasses; ++c) queue_sample_sum[c] += static_cast<double>(QueueLen(c));
     ++queue_samples;
   }
