@@ -304,6 +304,11 @@ Status PmemEngine::Put(std::string_view key, std::string_view value) {
   const uint64_t head = sizeof(Entry) + key.size();
   const uint64_t size = head + value.size() + (large ? 63 : 0);
 
+  if (size > PMEMOBJ_MAX_ALLOC_SIZE) {
+    return Status::InvalidArgument("value of " + std::to_string(value.size()) +
+                                   " bytes exceeds libpmemobj's object limit");
+  }
+
   // 1. Reserve and fill the new entry without any lock. The reservation is
   // volatile: if the process dies before step 2 the pool is unchanged.
   pobj_action acts[4];
