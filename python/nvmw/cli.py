@@ -31,11 +31,17 @@ def main(argv: list[str] | None = None) -> int:
         argv = sys.argv[1:]
     args = parser.parse_args(argv)
     args.argv = list(argv)  # commands that re-exec themselves need the original words
+    from nvmw.errors import NvmwError
+
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except (NvmwError, FileNotFoundError, ValueError) as e:
+        # Expected failures (bad input, missing files, pool errors): one clear line.
+        print(f"nvmw {args.command}: error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -55,24 +55,34 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {args.out}/interference.json and {png}")
     if args.table_only:
         return 0
-    for step in _extra_steps():
-        step(args)
+    _sweep_step(args)
+    _controller_step(args)
     return 0
 
 
-def _extra_steps():
-    """Later parts of the demo (sweep figure, controller comparison), when installed."""
-    steps = []
-    try:
-        from nvmw.lab.sweep import demo_step as sweep_step
+def _sweep_step(args: argparse.Namespace) -> None:
+    """The thesis 4.2 sweep in its --quick form: which (I, B) pools pay off."""
+    from nvmw.lab.sweep import plot_sweep, quick_config, run_sweep
 
-        steps.append(sweep_step)
-    except ImportError:
-        pass
-    try:
-        from nvmw.rl import demo_step as rl_step
+    print("\nQuick concurrency sweep (thesis 4.2 / Appendix B, --quick grid; about 1.5 min):", flush=True)
+    summary = run_sweep(quick_config(device=args.device, engine=args.engine),
+                        progress=lambda m: print("  " + m, file=sys.stderr, flush=True))
+    with open(os.path.join(args.out, "sweep.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    png = os.path.join(args.out, "sweep.png")
+    plot_sweep(summary, png)
+    print(f"  baseline p99 {summary['baseline_p99_us']:.0f} µs -> best {summary['best_p99_us']:.0f} µs "
+          f"({summary['best_p99_config']}, {summary['p99_improvement_x']:.1f}x lower); batch throughput "
+          f"{summary['baseline_throughput']:.0f} -> {summary['best_throughput']:.0f} ops/s "
+          f"({summary['throughput_improvement_x']:.1f}x)")
+    print(f"  wrote {png}")
 
-        steps.append(rl_step)
-    except ImportError:
-        pass
-    return steps
+
+def _controller_step(args: argparse.Namespace) -> None:
+    """A short shifting-workload run per controller (the shipped Q-learning agent among them)."""
+    from nvmw.rl import demo_comparison
+
+    print("\nController comparison (phases switching every 50 windows of 0.1 s, emulated "
+          "optane-1dimm, calibrated SLA; about 2-3 min):", flush=True)
+    demo_comparison(steps=200, switch_every=50, window_s=0.1,
+                    out_dir=os.path.join(args.out, "controllers"))
