@@ -128,7 +128,11 @@ def plot(result: dict, path: str) -> str:
     colors = ["#888888", "#d62728"] + ["#1f77b4"] * (len(rows) - 2)
     ax1.bar(names, [max(r["interactive_p99_us"], 0.1) for r in rows], color=colors)
     ax1.set_yscale("log")
+    ax1.set_ylim(bottom=1)  # a full log axis: bars are not exaggerated by a high floor
     ax1.set_ylabel("interactive p99 latency (µs, log)")
+    for x, r in enumerate(rows):
+        ax1.annotate(f"{r['interactive_p99_us'] / 1000:.1f} ms", (x, max(r["interactive_p99_us"], 0.1)),
+                     ha="center", va="bottom", fontsize=8)
     ax1.set_title("Tail latency of the interactive pool")
     ax2.bar(names, [r["batch_mb_per_s"] for r in rows], color=colors)
     ax2.set_ylabel("batch throughput (MB/s)")
