@@ -89,6 +89,8 @@ class Middleware:
     device: emulated device profile (``"none"``, ``"optane-1dimm"``, ``"optane-6dimm"``).
     batch_threshold_bytes: size rule for class "auto": puts of at least this size are batch.
     queue_capacity: per-class queue bound; a full queue raises OverloadedError.
+    batch_nice: CPU niceness (0..19) batch workers give themselves so interactive work runs
+        first when the CPU is contended; trades batch throughput for interactive tail latency.
 
     Blocking calls release the GIL. An acknowledged put is durable (pmem engine).
     Errors raise the typed exceptions of :mod:`nvmw.errors`.
@@ -100,7 +102,7 @@ class Middleware:
                  pool_size: int = 1 << 30, create_if_missing: bool = True,
                  batch_threshold_bytes: int = 64 * 1024, queue_capacity: int = 1 << 16,
                  no_control_max_inflight: int = 200, max_value_bytes: int = 512 << 20,
-                 spin_ns: int = 20000):
+                 spin_ns: int = 20000, batch_nice: int = 0):
         if window_s <= 0:
             raise InvalidArgumentError(f"window_s must be > 0, got {window_s}")
         self._engine = open_engine(engine, path, pool_size=pool_size,
@@ -113,7 +115,7 @@ class Middleware:
             max_threads=max_threads, window_s=window_s, control=control,
             no_control_max_inflight=no_control_max_inflight,
             batch_threshold_bytes=batch_threshold_bytes, queue_capacity=queue_capacity,
-            max_value_bytes=max_value_bytes, spin_ns=spin_ns)
+            max_value_bytes=max_value_bytes, spin_ns=spin_ns, batch_nice=batch_nice)
 
     # -- storage ---------------------------------------------------------------------------
     def get(self, key: Bytes, cls: Optional[str] = None) -> Optional[bytes]:

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -19,6 +20,10 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "middleware/bounded_queue.h"
 #include "middleware/window_stats.h"
@@ -407,6 +412,18 @@ struct Middleware::Impl {
 
   void WorkerMain(Pool* pool, int slot, StatsShard* shard) {
     Pool& p = *pool;
+    if (pool == pools[static_cast<int>(RequestClass::kBatch)].get() && options.batch_nice > 0) {
+      // Per-thread on Linux: PRIO_PROCESS with a thread id. Best effort; failure only
+      // means batch keeps the caller's priority.
+      // Relative to the niceness inherited from the starting thread, so it never asks
+      // for more priority than the caller had (that would need privilege).
+      const id_t tid = static_cast<id_t>(::syscall(SYS_gettid));
+      errno = 0;
+      const int inherited = ::getpriority(PRIO_PROCESS, tid);
+      if (errno == 0) {
+        (void)::setpriority(PRIO_PROCESS, tid, std::min(19, inherited + options.batch_nice));
+      }
+    }
     for (;;) {
       if (slot >= p.target.load(std::memory_order_relaxed) && TryRetire(p, slot, false)) return;
       // Read `stopping` before popping: once it is set every submission has been
@@ -713,6 +730,9 @@ struct Middleware::Impl {
       return Status::InvalidArgument("no_control_max_inflight must be in [1, 2^20]");
     }
     if (o.spin_ns < 0) return Status::InvalidArgument("spin_ns must be >= 0");
+    if (o.batch_nice < 0 || o.batch_nice > 19) {
+      return Status::InvalidArgument("batch_nice must be in [0, 19]");
+    }
     return Status::OK();
   }
 

@@ -210,7 +210,7 @@ void BindCore(nb::module_& m) {
           [](PyMiddleware* self, std::shared_ptr<PyEngine> engine, int interactive_threads,
              int batch_threads, int max_threads, double window_s, bool control,
              int no_control_max_inflight, uint64_t batch_threshold_bytes, size_t queue_capacity,
-             uint64_t max_value_bytes, int64_t spin_ns) {
+             uint64_t max_value_bytes, int64_t spin_ns, int batch_nice) {
             if (!engine || !engine->engine)
               ThrowIfError(Status::InvalidArgument("engine is closed or missing"));
             MiddlewareOptions o;
@@ -222,6 +222,7 @@ void BindCore(nb::module_& m) {
             o.queue_capacity = queue_capacity;
             o.max_value_bytes = max_value_bytes;
             o.spin_ns = spin_ns;
+            o.batch_nice = batch_nice;
             auto mw = std::make_unique<Middleware>(o);
             Status s = mw->Start(engine->engine.get(), interactive_threads, batch_threads);
             ThrowIfError(s);
@@ -235,7 +236,8 @@ void BindCore(nb::module_& m) {
           nb::arg("batch_threshold_bytes") = MiddlewareOptions().batch_threshold_bytes,
           nb::arg("queue_capacity") = MiddlewareOptions().queue_capacity,
           nb::arg("max_value_bytes") = MiddlewareOptions().max_value_bytes,
-          nb::arg("spin_ns") = MiddlewareOptions().spin_ns)
+          nb::arg("spin_ns") = MiddlewareOptions().spin_ns,
+          nb::arg("batch_nice") = MiddlewareOptions().batch_nice)
       .def("stop",
            [](PyMiddleware& self) {
              if (!self.mw) return;

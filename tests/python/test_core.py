@@ -171,3 +171,11 @@ def test_pmem_bad_paths(shm_dir):
         nvmw.Middleware(None, engine="pmem")
     with pytest.raises(errors.InvalidArgumentError):
         nvmw.Middleware(engine="rocks")
+
+
+def test_batch_nice_is_validated():
+    with pytest.raises(errors.InvalidArgumentError):
+        nvmw.Middleware(engine="memory", batch_nice=20)
+    with nvmw.Middleware(engine="memory", batch_nice=10) as m:
+        m.put(b"k", b"v" * 100_000, cls="batch")
+        assert m.get(b"k", cls="batch") == b"v" * 100_000

@@ -30,8 +30,8 @@ class InterferenceConfig:
     """Batch value size."""
     interactive_records: int = 10_000
     batch_records: int = 256
-    configs: list = field(default_factory=lambda: [(2, 1), (4, 2)])
-    """(interactive, batch) worker pools to show through the middleware."""
+    configs: list = field(default_factory=lambda: [(2, 1, 0), (4, 2, 0), (2, 1, 19)])
+    """(interactive, batch[, batch_nice]) worker pools to show through the middleware."""
     engine: str = "pmem"
     """pmem (pool on tmpfs) or memory."""
     device: str = "none"
@@ -42,14 +42,14 @@ class InterferenceConfig:
 
 
 def _run_scenario(cfg: InterferenceConfig, *, control: bool, threads=(1, 1),
-                  with_batch: bool) -> dict:
+                  with_batch: bool, batch_nice: int = 0) -> dict:
     pool_dir = cfg.pool_dir or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
     with tempfile.TemporaryDirectory(prefix="nvmw-demo-", dir=pool_dir) as d:
         path = os.path.join(d, "demo.pool") if cfg.engine == "pmem" else None
         pool_size = max(1 << 30, 4 * cfg.batch_records * cfg.batch_bytes)
         with Middleware(path, engine=cfg.engine, control=control, device=cfg.device,
                         interactive_threads=threads[0], batch_threads=threads[1],
-                        pool_size=pool_size, window_s=1.0) as mw:
+                        pool_size=pool_size, window_s=1.0, batch_nice=batch_nice) as mw:
             inter = YcsbWorkload(mw, YcsbConfig(
                 record_count=cfg.interactive_records, duration_s=cfg.duration_s,
                 read_proportion=0.5, update_proportion=0.5, distribution="zipfian",
@@ -92,9 +92,11 @@ def run_interference(cfg: Optional[InterferenceConfig] = None,
     say = progress or (lambda _msg: None)
     scenarios = [("interactive alone", dict(control=False, with_batch=False)),
                  ("co-located, no control", dict(control=False, with_batch=True))]
-    for i, b in cfg.configs:
-        scenarios.append((f"co-located, nvmw I{i}/B{b}",
-                          dict(control=True, threads=(i, b), with_batch=True)))
+    for c in cfg.configs:
+        i, b, nice = (tuple(c) + (0,))[:3]
+        name = f"co-located, nvmw I{i}/B{b}" + (f" nice{nice}" if nice else "")
+        scenarios.append((name, dict(control=True, threads=(i, b), with_batch=True,
+                                     batch_nice=nice)))
     rows = []
     for name, kw in scenarios:
         say(f"running: {name} ({cfg.duration_s:g} s)")
@@ -107,10 +109,10 @@ def run_interference(cfg: Optional[InterferenceConfig] = None,
 
 def format_table(result: dict) -> str:
     """A plain-text table of the interference rows."""
-    head = f"{'scenario':<26} {'int p50 µs':>11} {'int p99 µs':>11} {'int ops/s':>11} {'batch ops/s':>12} {'batch MB/s':>11}"
+    head = f"{'scenario':<33} {'int p50 µs':>11} {'int p99 µs':>11} {'int ops/s':>11} {'batch ops/s':>12} {'batch MB/s':>11}"
     lines = [head, "-" * len(head)]
     for r in result["rows"]:
-        lines.append(f"{r['scenario']:<26} {r['interactive_p50_us']:>11.1f} {r['interactive_p99_us']:>11.1f} "
+        lines.append(f"{r['scenario']:<33} {r['interactive_p50_us']:>11.1f} {r['interactive_p99_us']:>11.1f} "
                      f"{r['interactive_ops_per_s']:>11.0f} {r['batch_ops_per_s']:>12.1f} {r['batch_mb_per_s']:>11.1f}")
     return "\n".join(lines)
 
