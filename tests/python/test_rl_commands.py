@@ -84,10 +84,13 @@ def test_evaluate_writes_tables(pipeline, tmp_path):
     assert (out / "eval.png").exists() and (out / "eval.md").exists()
 
 
-def test_evaluate_missing_agent_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nvmw train"):
-        main(["evaluate", "--env", "synthetic", "--steps", "10", "--controllers", "q-learning",
-              "--agent", str(tmp_path / "none.joblib"), "--out", str(tmp_path)])
+def test_evaluate_missing_agent_is_a_clear_error(tmp_path, capsys):
+    # The CLI turns expected failures into one line on stderr and exit status 1.
+    code = main(["evaluate", "--env", "synthetic", "--steps", "10", "--controllers", "q-learning",
+                 "--agent", str(tmp_path / "none.joblib"), "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "nvmw train" in err and "Traceback" not in err
 
 
 def test_tune_rejects_too_few_samples(pipeline):
