@@ -7,7 +7,7 @@ import os
 from typing import Any, Optional, Union
 
 from nvmw import _core
-from nvmw.errors import InvalidArgumentError
+from nvmw.errors import InvalidArgumentError, NotFoundError
 
 Bytes = Union[bytes, bytearray, memoryview, str]
 
@@ -137,15 +137,14 @@ class Middleware:
         if op not in _OPS:
             raise InvalidArgumentError(f"unknown op {op!r}: use 'get', 'put' or 'remove'")
         fut: concurrent.futures.Future = concurrent.futures.Future()
-        code_not_found = 1
 
-        def done(code: int, message: str, value: Optional[bytes]) -> None:
-            if code == 0:
+        def done(error: Optional[Exception], value: Optional[bytes]) -> None:
+            if error is None:
                 fut.set_result(value if op == "get" else (True if op == "remove" else None))
-            elif code == code_not_found and op in ("get", "remove"):
+            elif isinstance(error, NotFoundError) and op in ("get", "remove"):
                 fut.set_result(None if op == "get" else False)
             else:
-                fut.set_exception(_error_for(code, message))
+                fut.set_exception(error)
 
         self.core.submit(_OPS[op], _b(key), _b(value), _cls(cls), done)
         return fut
@@ -203,11 +202,3 @@ class Middleware:
         except Exception:
             pass
 
-
-def _error_for(code: int, message: str) -> Exception:
-    from nvmw import errors
-
-    by_code = {1: errors.NotFoundError, 2: errors.InvalidArgumentError, 3: errors.StorageIOError,
-               4: errors.CorruptionError, 5: errors.NoSpaceError, 6: errors.OverloadedError,
-               7: errors.ShutdownError, 8: errors.NotSupportedError}
-    return by_code.get(code, errors.NvmwError)(message)

@@ -58,6 +58,14 @@ nb::dict ClassToDict(const ClassStats& s) {
   return d;
 }
 
+// An instance of the nvmw.errors class matching a non-OK status.
+nb::object ErrorFor(const Status& s) {
+  PyObject* type = g_errors[static_cast<int>(s.code())];
+  if (type == nullptr) type = g_errors[0];
+  std::string msg = s.message().empty() ? Status::CodeName(s.code()) : s.message();
+  return nb::handle(type)(msg);
+}
+
 PyMiddleware& Running(PyMiddleware& self) {
   if (!self.mw) ThrowIfError(Status::Shutdown("middleware is closed"));
   return self;
@@ -308,10 +316,10 @@ void BindCore(nb::module_& m) {
             auto cb = std::make_shared<nb::object>(callback);
             Completion done = [cb](const Status& s, std::string&& v) {
               nb::gil_scoped_acquire acquire;
-              int code = static_cast<int>(s.code());
               nb::object value = s.ok() ? nb::object(nb::bytes(v.data(), v.size())) : nb::none();
+              nb::object error = s.ok() ? nb::none() : ErrorFor(s);
               try {
-                (*cb)(code, s.message(), value);
+                (*cb)(error, value);
               } catch (nb::python_error& e) {
                 e.discard_as_unraisable("nvmw completion callback");
               }
@@ -325,7 +333,8 @@ void BindCore(nb::module_& m) {
             ThrowIfError(s);
           },
           nb::arg("op"), nb::arg("key"), nb::arg("value"), nb::arg("cls"), nb::arg("callback"),
-          "Async request; callback(code, message, value) runs on a worker thread.")
+          "Async request; callback(error, value) runs on a worker thread (error is None or\n"
+          "an nvmw.errors instance).")
       .def("get_stats", [](PyMiddleware& self) { return StatsToDict(Running(self).mw->GetStats()); })
       .def("get_state",
            [](PyMiddleware& self) {

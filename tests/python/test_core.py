@@ -179,3 +179,22 @@ def test_batch_nice_is_validated():
     with nvmw.Middleware(engine="memory", batch_nice=10) as m:
         m.put(b"k", b"v" * 100_000, cls="batch")
         assert m.get(b"k", cls="batch") == b"v" * 100_000
+
+
+def test_async_errors_arrive_as_typed_exceptions(shm_dir):
+    # A pool too small for the values: the worker's NoSpace reaches the Future as NoSpaceError.
+    path = os.path.join(shm_dir, "small.pool")
+    with nvmw.Middleware(path, pool_size=16 << 20) as m:
+        futs = [m.submit("put", f"big{i}", b"x" * (1 << 20), cls="batch") for i in range(32)]
+        outcomes = []
+        for f in futs:
+            try:
+                f.result(timeout=30)
+                outcomes.append("ok")
+            except errors.NoSpaceError:
+                outcomes.append("nospace")
+        assert "ok" in outcomes and "nospace" in outcomes
+        # Nothing acknowledged was lost.
+        for i, o in enumerate(outcomes):
+            if o == "ok":
+                assert m.get(f"big{i}") == b"x" * (1 << 20)
