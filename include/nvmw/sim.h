@@ -1,0 +1,88 @@
+// Simulator: a virtual-time discrete-event model of nvmw under a two-class workload
+// (DESIGN section 7). Same pieces as the real system: trace-paced clients, the two FIFO
+// queues and worker pools (or the no-control baseline where callers run their own
+// operations), a CPU shared by every runnable thread, and the device model of
+// device.h in virtual time. One RunWindow() call produces the WindowStats the real
+// middleware's monitor would report for one window, in microseconds of CPU time rather
+// than seconds of wall time, so RL training runs hundreds of episodes in minutes.
+//
+// The free parameters (SimParams: CPU costs, wake-up cost, copy bandwidth, jitter) are
+// fitted from a sweep of the real system (nvmw.lab.sim.fit).
+#ifndef NVMW_SIM_H_
+#define NVMW_SIM_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "nvmw/device.h"
+#include "nvmw/stats.h"
+#include "nvmw/status.h"
+
+namespace nvmw {
+
+// One class's offered load: a trace schedule replayed by `clients` client threads that
+// each take the next scheduled request, wait for its time and issue it synchronously.
+struct SimClassWorkload {
+  std::vector<double> times_us;   // scheduled offsets from the start, sorted, >= 0
+  std::vector<uint8_t> writes;    // 1 = write (put), 0 = read (get), per request
+  std::vector<uint32_t> bytes;    // value size per request
+  double period_us = 0;           // > 0: start over after this long (loop); 0: one pass
+  int clients = 1;
+};
+
+// Host costs, all fitted (defaults: rough figures of a 2-core VM, see docs/sim.md).
+struct SimParams {
+  double cores = 2;               // CPUs shared by all runnable threads (processor sharing)
+  double background = 0.0;        // fraction of the CPUs taken by everything else, [0, 1)
+  double client_cpu_us = 5;       // CPU a client spends per request (wake from its sleep, issue)
+  double wake_cpu_us = 10;        // CPU of waking a parked thread (worker, or client on completion)
+  double op_cpu_us = 1;           // fixed CPU of one engine operation
+  double copy_bytes_per_ns = 10;  // engine copy bandwidth (GB/s) for the value bytes
+  double jitter = 0.3;            // sigma of the log-normal factor on every CPU cost
+};
+
+struct SimOptions {
+  SimParams params;
+  DeviceProfile device;           // passthrough (the default) = no device stage
+  bool control = true;            // false: the no-control baseline (callers run operations)
+  int interactive_threads = 15;
+  int batch_threads = 15;
+  int max_threads = 32;
+  int no_control_max_inflight = 200;
+  double window_s = 1.0;          // virtual seconds per window
+  uint64_t seed = 0;
+};
+
+class Simulator {
+ public:
+  // InvalidArgument on bad options (thread counts, window, params out of range).
+  static Status Create(const SimOptions& options, std::unique_ptr<Simulator>* out);
+  ~Simulator();
+  Simulator(const Simulator&) = delete;
+  Simulator& operator=(const Simulator&) = delete;
+
+  // Replaces the offered workload from now on (a phase switch). Requests already issued
+  // complete; requests scheduled by the old workload but not yet issued are dropped.
+  // `start_offset_us` starts each schedule that far into its trace (wrapped by period).
+  Status SetWorkload(const SimClassWorkload& interactive, const SimClassWorkload& batch,
+                     double start_offset_us = 0);
+  // Resize the pools: growing adds parked workers; shrinking retires parked workers at
+  // once and busy ones when they finish their request. Ignored in no-control mode.
+  Status SetThreads(int interactive, int batch);
+  void GetThreads(int* interactive, int* batch) const;
+  // Advance virtual time by one window and report it (seq counts windows from 1).
+  Status RunWindow(WindowStats* out);
+  double now_s() const;
+  // Events processed since creation (for benchmarks).
+  uint64_t events() const;
+
+ private:
+  struct Impl;
+  explicit Simulator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace nvmw
+
+#endif  // NVMW_SIM_H_

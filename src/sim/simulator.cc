@@ -1,0 +1,493 @@
+// The simulator's event loop (see include/nvmw/sim.h and docs/sim.md).
+//
+// A request's life, controlled mode:
+//   scheduled time -> a free client of its class takes it (else it waits in the class's
+//   client backlog) -> CPU: client_cpu -> issued: enters the class queue -> a parked
+//   worker is woken (CPU: wake_cpu) unless one is already waking for it, or a busy worker
+//   takes it when it finishes -> CPU: op_cpu + bytes / copy -> device transfer (processor
+//   shared per device.h) -> device idle latency (a delay) -> done: latency = done - issued
+//   -> the client is woken (CPU: wake_cpu) and takes its next request.
+// No-control mode: the client runs the operation itself once fewer than
+// no_control_max_inflight run (else it parks; the finishing one wakes it), and needs no
+// wake-up at the end.
+#include "nvmw/sim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <queue>
+#include <random>
+#include <string>
+
+#include "sim/ps_resource.h"
+#include "util/histogram.h"
+
+namespace nvmw {
+
+namespace {
+
+constexpr int kI = 0, kB = 1;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// What a CPU job is doing (its id is (request << 3) | stage; worker wakes use request
+// ids too: the request the worker was woken for is not bound to it).
+enum CpuStage : uint64_t {
+  kClientIssue = 0,   // client's per-request CPU before issuing
+  kWorkerWake = 1,    // a parked worker waking (id holds the class, not a request)
+  kServe = 2,         // engine operation of a request
+  kClientWake = 3,    // the client woken on completion
+  kWaiterWake = 4,    // no-control: a parked caller woken when a slot frees
+};
+
+enum EventType : int { kArrival = 0, kLatencyDone = 1 };
+
+struct Event {
+  double t;
+  uint64_t seq;
+  int type;
+  uint64_t arg;
+  bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+};
+
+struct Request {
+  int cls = 0;
+  bool write = false;
+  uint32_t bytes = 0;
+  double sched_ns = 0;
+  double issue_ns = 0;
+  uint32_t epoch = 0;
+};
+
+struct ClassWindow {
+  Histogram latency_ns;
+  uint64_t ops = 0, writes = 0, bytes = 0;
+  void Clear() {
+    latency_ns.Clear();
+    ops = writes = bytes = 0;
+  }
+};
+
+bool Finite(double x) { return std::isfinite(x); }
+
+}  // namespace
+
+struct Simulator::Impl {
+  SimOptions opt;
+  DeviceModel device;
+  sim::PsResource cpu;
+  sim::PsResource dev;
+  std::mt19937_64 rng;
+  std::lognormal_distribution<double> jitter;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
+  uint64_t event_seq = 0;
+  uint64_t processed = 0;
+  double now = 0;  // ns
+  uint64_t window_seq = 0;
+
+  // Requests: a pool with a free list.
+  std::vector<Request> reqs;
+  std::vector<uint64_t> free_reqs;
+
+  // Workload.
+  SimClassWorkload work[2];
+  size_t next_idx[2] = {0, 0};
+  double loop_base_ns[2] = {0, 0};
+  double start_ns = 0;
+  uint32_t epoch = 0;  // bumped by SetWorkload: stale arrival events are ignored
+  int free_clients[2] = {0, 0};
+  std::deque<uint64_t> client_backlog[2];
+
+  // Middleware.
+  std::deque<uint64_t> queue[2];
+  int target[2] = {0, 0};
+  int total[2] = {0, 0};
+  int idle[2] = {0, 0};
+  int waking[2] = {0, 0};
+  int inflight = 0;              // no-control: operations running
+  std::deque<uint64_t> waiters;  // no-control: callers waiting for a slot
+
+  ClassWindow win[2];
+
+  explicit Impl(const SimOptions& o)
+      : opt(o),
+        device(o.device),
+        cpu(1, [this](int, int n0, int) {
+          const double cores = opt.params.cores * (1.0 - opt.params.background);
+          return n0 <= cores ? 1.0 : cores / n0;
+        }),
+        dev(2, [this](int kind, int n0, int n1) {
+          return device.RatePerAccessor(kind == 0 ? DeviceOp::kRead : DeviceOp::kWrite, n0, n1);
+        }),
+        rng(o.seed),
+        jitter(0.0, o.params.jitter) {}
+
+  double CpuCost(double us) {
+    double ns = us * 1000.0;
+    if (opt.params.jitter > 0) ns *= jitter(rng);
+    return ns;
+  }
+
+  void Push(double t, int type, uint64_t arg) { events.push({t, event_seq++, type, arg}); }
+
+  uint64_t NewRequest() {
+    if (!free_reqs.empty()) {
+      uint64_t id = free_reqs.back();
+      free_reqs.pop_back();
+      return id;
+    }
+    reqs.emplace_back();
+    return reqs.size() - 1;
+  }
+
+  // ---- workload ------------------------------------------------------------------
+  void ScheduleArrival(int c) {
+    const SimClassWorkload& w = work[c];
+    if (w.times_us.empty()) return;
+    if (next_idx[c] >= w.times_us.size()) {
+      if (!(w.period_us > 0)) return;
+      next_idx[c] = 0;
+      loop_base_ns[c] += w.period_us * 1000.0;
+    }
+    const double t = loop_base_ns[c] + w.times_us[next_idx[c]] * 1000.0;
+    Push(std::max(t, now), kArrival, (uint64_t(epoch) << 8) | uint64_t(c));
+  }
+
+  void OnArrival(uint64_t arg) {
+    const int c = int(arg & 0xff);
+    if (uint32_t(arg >> 8) != epoch) return;  // from a replaced workload
+    const SimClassWorkload& w = work[c];
+    const size_t i = next_idx[c]++;
+    const uint64_t id = NewRequest();
+    Request& r = reqs[id];
+    r.cls = c;
+    r.write = w.writes[i] != 0;
+    r.bytes = w.bytes[i];
+    r.sched_ns = now;
+    r.epoch = epoch;
+    if (free_clients[c] > 0) {
+      free_clients[c]--;
+      cpu.Add(now, 0, CpuCost(opt.params.client_cpu_us), (id << 3) | kClientIssue);
+    } else {
+      client_backlog[c].push_back(id);
+    }
+    ScheduleArrival(c);
+  }
+
+  void ClientFree(int c) {
+    if (!client_backlog[c].empty()) {
+      const uint64_t id = client_backlog[c].front();
+      client_backlog[c].pop_front();
+      cpu.Add(now, 0, CpuCost(opt.params.client_cpu_us), (id << 3) | kClientIssue);
+    } else {
+      free_clients[c]++;
+    }
+  }
+
+  // ---- middleware ----------------------------------------------------------------
+  void Issue(uint64_t id) {
+    Request& r = reqs[id];
+    r.issue_ns = now;
+    if (!opt.control) {
+      if (inflight < opt.no_control_max_inflight) {
+        inflight++;
+        StartServe(id);
+      } else {
+        waiters.push_back(id);
+      }
+      return;
+    }
+    queue[r.cls].push_back(id);
+    Dispatch(r.cls);
+  }
+
+  void Dispatch(int c) {
+    while (idle[c] > 0 && int(queue[c].size()) > waking[c]) {
+      idle[c]--;
+      waking[c]++;
+      cpu.Add(now, 0, CpuCost(opt.params.wake_cpu_us), (uint64_t(c) << 3) | kWorkerWake);
+    }
+  }
+
+  // A worker of class c is free (just woke, or finished a request): retire it if the
+  // pool shrank, else take the queue's head, else park.
+  void WorkerFree(int c) {
+    if (total[c] > target[c]) {
+      total[c]--;
+      return;
+    }
+    if (!queue[c].empty()) {
+      const uint64_t id = queue[c].front();
+      queue[c].pop_front();
+      StartServe(id);
+    } else {
+      idle[c]++;
+    }
+  }
+
+  void StartServe(uint64_t id) {
+    const Request& r = reqs[id];
+    const double us = opt.params.op_cpu_us + r.bytes / opt.params.copy_bytes_per_ns / 1000.0;
+    cpu.Add(now, 0, CpuCost(us), (id << 3) | kServe);
+  }
+
+  void AfterServe(uint64_t id) {
+    const Request& r = reqs[id];
+    if (device.passthrough()) {
+      Complete(id);
+      return;
+    }
+    const DeviceOp op = r.write ? DeviceOp::kWrite : DeviceOp::kRead;
+    dev.Add(now, r.write ? 1 : 0, device.WorkBytes(op, r.bytes + 16), id);
+  }
+
+  void AfterDevice(uint64_t id) {
+    const Request& r = reqs[id];
+    const double lat = device.LatencyNs(r.write ? DeviceOp::kWrite : DeviceOp::kRead);
+    if (lat > 0) {
+      Push(now + lat, kLatencyDone, id);
+    } else {
+      Complete(id);
+    }
+  }
+
+  void Complete(uint64_t id) {
+    const Request& r = reqs[id];
+    const int c = r.cls;
+    ClassWindow& w = win[c];
+    w.latency_ns.Record(uint64_t(std::max(0.0, now - r.issue_ns)));
+    w.ops++;
+    w.writes += r.write ? 1 : 0;
+    w.bytes += r.bytes;
+    if (!opt.control) {
+      inflight--;
+      if (!waiters.empty()) {
+        const uint64_t next = waiters.front();
+        waiters.pop_front();
+        inflight++;
+        cpu.Add(now, 0, CpuCost(opt.params.wake_cpu_us), (next << 3) | kWaiterWake);
+      }
+      Release(id);
+      return;
+    }
+    WorkerFree(c);
+    // The client wakes on its own CPU time; the request slot is released after that.
+    cpu.Add(now, 0, CpuCost(opt.params.wake_cpu_us), (id << 3) | kClientWake);
+  }
+
+  void Release(uint64_t id) {
+    const int c = reqs[id].cls;
+    const bool current = reqs[id].epoch == epoch;
+    free_reqs.push_back(id);
+    // Clients of a replaced workload just go away; the new one brought its own.
+    if (current) ClientFree(c);
+  }
+
+  void OnCpuDone(uint64_t job) {
+    const uint64_t id = job >> 3;
+    switch (job & 7) {
+      case kClientIssue:
+        Issue(id);
+        break;
+      case kWorkerWake: {
+        const int c = int(id);
+        waking[c]--;
+        WorkerFree(c);
+        Dispatch(c);
+        break;
+      }
+      case kServe:
+        AfterServe(id);
+        break;
+      case kClientWake:
+        Release(id);
+        break;
+      case kWaiterWake:
+        StartServe(id);
+        break;
+    }
+  }
+
+  void Resize(int i, int b) {
+    const int want[2] = {i, b};
+    for (int c = 0; c < 2; c++) {
+      target[c] = want[c];
+      if (total[c] < target[c]) {
+        idle[c] += target[c] - total[c];
+        total[c] = target[c];
+      } else if (total[c] > target[c]) {
+        const int retire = std::min(idle[c], total[c] - target[c]);
+        idle[c] -= retire;
+        total[c] -= retire;
+      }
+      Dispatch(c);
+    }
+  }
+
+  // ---- the loop ------------------------------------------------------------------
+  void RunUntil(double end) {
+    for (;;) {
+      const double te = events.empty() ? kInf : events.top().t;
+      const double tc = cpu.NextDeparture();
+      const double td = dev.NextDeparture();
+      const double t = std::min(te, std::min(tc, td));
+      if (!(t <= end)) break;
+      now = std::max(now, t);
+      processed++;
+      if (t == tc) {
+        OnCpuDone(cpu.PopNext(now));
+      } else if (t == td) {
+        AfterDevice(dev.PopNext(now));
+      } else {
+        const Event e = events.top();
+        events.pop();
+        if (e.type == kArrival) {
+          OnArrival(e.arg);
+        } else {
+          Complete(e.arg);
+        }
+      }
+    }
+    now = std::max(now, end);
+  }
+
+  void FillClass(int c, double secs, ClassStats* s) {
+    const ClassWindow& w = win[c];
+    s->ops = w.ops;
+    s->ops_per_s = w.ops / secs;
+    s->bytes_per_s = w.bytes / secs;
+    s->p50_us = w.latency_ns.Percentile(50) / 1000.0;
+    s->p99_us = w.latency_ns.Percentile(99) / 1000.0;
+    s->p999_us = w.latency_ns.Percentile(99.9) / 1000.0;
+    s->mean_us = w.latency_ns.Mean() / 1000.0;
+    s->std_us = w.latency_ns.StdDev() / 1000.0;
+    s->max_us = w.latency_ns.max() / 1000.0;
+    s->queue_len_end = opt.control ? queue[c].size() : 0;
+    s->queue_len_mean = double(s->queue_len_end);
+    s->mean_block_bytes = w.ops ? double(w.bytes) / w.ops : 0.0;
+    s->write_ratio = w.ops ? double(w.writes) / w.ops : 0.0;
+    s->threads = opt.control ? target[c] : 0;
+  }
+};
+
+Simulator::Simulator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Simulator::~Simulator() = default;
+
+Status Simulator::Create(const SimOptions& o, std::unique_ptr<Simulator>* out) {
+  if (out == nullptr) return Status::InvalidArgument("Create needs an output");
+  const SimParams& p = o.params;
+  if (!(o.window_s > 0) || !Finite(o.window_s)) return Status::InvalidArgument("window_s must be > 0");
+  if (o.max_threads < 1) return Status::InvalidArgument("max_threads must be >= 1");
+  if (o.no_control_max_inflight < 1) return Status::InvalidArgument("no_control_max_inflight must be >= 1");
+  if (!(p.cores > 0) || !(p.background >= 0 && p.background < 1) || !(p.client_cpu_us >= 0) ||
+      !(p.wake_cpu_us >= 0) || !(p.op_cpu_us >= 0) || !(p.copy_bytes_per_ns > 0) || !(p.jitter >= 0) ||
+      !Finite(p.cores) || !Finite(p.client_cpu_us) || !Finite(p.wake_cpu_us) || !Finite(p.op_cpu_us) ||
+      !Finite(p.copy_bytes_per_ns) || !Finite(p.jitter)) {
+    return Status::InvalidArgument("sim params out of range: cores > 0, 0 <= background < 1, costs >= 0, copy > 0");
+  }
+  if (!o.device.passthrough) {
+    Status s = ValidateDeviceProfile(o.device);
+    if (!s.ok()) return s;
+  }
+  auto impl = std::make_unique<Impl>(o);
+  std::unique_ptr<Simulator> sim(new Simulator(std::move(impl)));
+  Status s = sim->SetThreads(o.interactive_threads, o.batch_threads);
+  if (!s.ok()) return s;
+  *out = std::move(sim);
+  return Status::OK();
+}
+
+Status Simulator::SetWorkload(const SimClassWorkload& interactive, const SimClassWorkload& batch,
+                              double start_offset_us) {
+  const SimClassWorkload* ws[2] = {&interactive, &batch};
+  for (const SimClassWorkload* w : ws) {
+    const size_t n = w->times_us.size();
+    if (w->writes.size() != n || w->bytes.size() != n) {
+      return Status::InvalidArgument("workload: times_us, writes and bytes must have the same length");
+    }
+    if (w->clients < 1) return Status::InvalidArgument("workload: clients must be >= 1");
+    if (!(w->period_us >= 0) || !Finite(w->period_us)) return Status::InvalidArgument("workload: bad period_us");
+    for (size_t i = 0; i < n; i++) {
+      if (!(w->times_us[i] >= 0) || !Finite(w->times_us[i]) || (i > 0 && w->times_us[i] < w->times_us[i - 1])) {
+        return Status::InvalidArgument("workload: times_us must be finite, >= 0 and sorted");
+      }
+    }
+    if (n > 0 && w->period_us > 0 && w->period_us <= w->times_us.back()) {
+      return Status::InvalidArgument("workload: period_us must exceed the last time");
+    }
+  }
+  if (!(start_offset_us >= 0) || !Finite(start_offset_us)) {
+    return Status::InvalidArgument("start_offset_us must be >= 0");
+  }
+  Impl& m = *impl_;
+  m.epoch++;
+  for (int c = 0; c < 2; c++) {
+    m.work[c] = *ws[c];
+    m.free_clients[c] = m.work[c].clients;
+    // Backlogged requests of the old workload are dropped (never issued).
+    for (uint64_t id : m.client_backlog[c]) m.free_reqs.push_back(id);
+    m.client_backlog[c].clear();
+    // Start `start_offset_us` into the (looped) schedule.
+    const SimClassWorkload& w = m.work[c];
+    m.next_idx[c] = 0;
+    m.loop_base_ns[c] = m.now;
+    if (!w.times_us.empty()) {
+      double off = start_offset_us;
+      if (w.period_us > 0) off = std::fmod(off, w.period_us);
+      const size_t i = size_t(std::lower_bound(w.times_us.begin(), w.times_us.end(), off) - w.times_us.begin());
+      m.next_idx[c] = i;
+      m.loop_base_ns[c] = m.now - off * 1000.0;
+    }
+    m.ScheduleArrival(c);
+  }
+  return Status::OK();
+}
+
+Status Simulator::SetThreads(int interactive, int batch) {
+  const int max = impl_->opt.max_threads;
+  if (interactive < 1 || interactive > max || batch < 1 || batch > max) {
+    return Status::InvalidArgument("thread counts must be in [1, " + std::to_string(max) + "]");
+  }
+  if (impl_->opt.control) impl_->Resize(interactive, batch);
+  return Status::OK();
+}
+
+void Simulator::GetThreads(int* interactive, int* batch) const {
+  if (interactive) *interactive = impl_->opt.control ? impl_->target[kI] : 0;
+  if (batch) *batch = impl_->opt.control ? impl_->target[kB] : 0;
+}
+
+Status Simulator::RunWindow(WindowStats* out) {
+  if (out == nullptr) return Status::InvalidArgument("RunWindow needs an output");
+  Impl& m = *impl_;
+  const double start = m.now;
+  const double secs = m.opt.window_s;
+  m.RunUntil(start + secs * 1e9);
+  WindowStats w;
+  w.seq = ++m.window_seq;
+  w.start_s = start / 1e9;
+  w.duration_s = secs;
+  m.FillClass(kI, secs, &w.interactive);
+  m.FillClass(kB, secs, &w.batch);
+  ClassWindow all;
+  for (int c = 0; c < 2; c++) {
+    all.latency_ns.Merge(m.win[c].latency_ns);
+    all.ops += m.win[c].ops;
+    all.writes += m.win[c].writes;
+    all.bytes += m.win[c].bytes;
+  }
+  std::swap(all, m.win[kI]);  // reuse FillClass for the merged class
+  m.FillClass(kI, secs, &w.all);
+  std::swap(all, m.win[kI]);
+  w.all.queue_len_end = w.interactive.queue_len_end + w.batch.queue_len_end;
+  w.all.queue_len_mean = double(w.all.queue_len_end);
+  w.all.threads = w.interactive.threads + w.batch.threads;
+  for (int c = 0; c < 2; c++) m.win[c].Clear();
+  *out = w;
+  return Status::OK();
+}
+
+double Simulator::now_s() const { return impl_->now / 1e9; }
+uint64_t Simulator::events() const { return impl_->processed; }
+
+}  // namespace nvmw

@@ -1,0 +1,276 @@
+// Simulator tests: processor sharing, then whole-system behaviour on hand-computable
+// configurations (jitter 0 unless a test is about randomness).
+#include "nvmw/sim.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "device/device_test_util.h"
+#include "sim/ps_resource.h"
+
+namespace nvmw {
+namespace {
+
+using sim::PsResource;
+
+PsResource OneCore() {
+  return PsResource(1, [](int, int n0, int) { return n0 <= 1 ? 1.0 : 1.0 / n0; });
+}
+
+TEST(PsResourceTest, SingleJobTakesItsWork) {
+  PsResource ps = OneCore();
+  ps.Add(0, 0, 100, 7);
+  EXPECT_DOUBLE_EQ(ps.NextDeparture(), 100);
+  EXPECT_EQ(ps.PopNext(100), 7u);
+  EXPECT_EQ(ps.active(), 0);
+}
+
+TEST(PsResourceTest, LateArrivalSharesTheRest) {
+  // A (100) at 0, B (100) at 50: A has 50 left at half speed -> leaves at 150;
+  // B then has 50 left at full speed -> 200.
+  PsResource ps = OneCore();
+  ps.Add(0, 0, 100, 1);
+  ps.Add(50, 0, 100, 2);
+  EXPECT_DOUBLE_EQ(ps.NextDeparture(), 150);
+  EXPECT_EQ(ps.PopNext(150), 1u);
+  EXPECT_DOUBLE_EQ(ps.NextDeparture(), 200);
+  EXPECT_EQ(ps.PopNext(200), 2u);
+}
+
+TEST(PsResourceTest, TwoKindsWithCoupledRates) {
+  // Kind 1 runs at 1/(n0+n1), kind 0 at 2/(n0+n1).
+  PsResource ps(2, [](int kind, int n0, int n1) { return (kind == 0 ? 2.0 : 1.0) / (n0 + n1); });
+  ps.Add(0, 0, 100, 10);  // alone: rate 2 -> would leave at 50
+  ps.Add(0, 1, 100, 11);  // now rates 1 and 0.5
+  EXPECT_DOUBLE_EQ(ps.NextDeparture(), 100);
+  EXPECT_EQ(ps.PopNext(100), 10u);  // kind 1 has done 50, runs at 1 now -> 150
+  EXPECT_DOUBLE_EQ(ps.NextDeparture(), 150);
+}
+
+SimParams Exact() {
+  SimParams p;
+  p.cores = 2;
+  p.background = 0;
+  p.client_cpu_us = 0;
+  p.wake_cpu_us = 0;
+  p.op_cpu_us = 10;
+  p.copy_bytes_per_ns = 10;
+  p.jitter = 0;
+  return p;
+}
+
+// `n` requests evenly spaced `gap_us` apart, looped.
+SimClassWorkload Paced(int n, double gap_us, uint32_t bytes, bool write, int clients) {
+  SimClassWorkload w;
+  for (int i = 0; i < n; i++) {
+    w.times_us.push_back(i * gap_us);
+    w.writes.push_back(write ? 1 : 0);
+    w.bytes.push_back(bytes);
+  }
+  w.period_us = n * gap_us;
+  w.clients = clients;
+  return w;
+}
+
+std::unique_ptr<Simulator> Make(const SimOptions& o) {
+  std::unique_ptr<Simulator> s;
+  Status st = Simulator::Create(o, &s);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return s;
+}
+
+TEST(SimulatorTest, LightLoadLatencyIsTheServiceTime) {
+  SimOptions o;
+  o.params = Exact();
+  o.params.wake_cpu_us = 5;
+  o.interactive_threads = 2;
+  o.batch_threads = 1;
+  o.window_s = 0.1;
+  auto sim = Make(o);
+  // 1 request per ms, 1000 B: wake 5 us + op 10 us + copy 0.1 us.
+  ASSERT_TRUE(sim->SetWorkload(Paced(100, 1000, 1000, false, 4), Paced(1, 1e6, 10, false, 1)).ok());
+  WindowStats w;
+  ASSERT_TRUE(sim->RunWindow(&w).ok());
+  EXPECT_EQ(w.seq, 1u);
+  EXPECT_NEAR(w.interactive.ops_per_s, 1000, 20);
+  EXPECT_NEAR(w.interactive.p50_us, 15.1, 15.1 * 0.01);
+  EXPECT_NEAR(w.interactive.p99_us, 15.1, 15.1 * 0.01);
+  EXPECT_DOUBLE_EQ(w.interactive.mean_block_bytes, 1000);
+  EXPECT_EQ(w.interactive.threads, 2);
+  EXPECT_EQ(w.batch.threads, 1);
+}
+
+TEST(SimulatorTest, OverloadedPoolRunsAtCapacityAndQueues) {
+  SimOptions o;
+  o.params = Exact();
+  o.params.cores = 1;
+  o.params.op_cpu_us = 100;  // one worker: 10k ops/s at most
+  o.interactive_threads = 1;
+  o.batch_threads = 1;
+  o.window_s = 0.5;
+  auto sim = Make(o);
+  // 20k ops/s offered by 1000 clients.
+  ASSERT_TRUE(sim->SetWorkload(Paced(1000, 50, 8, true, 1000), Paced(1, 1e7, 8, false, 1)).ok());
+  WindowStats w;
+  ASSERT_TRUE(sim->RunWindow(&w).ok());
+  EXPECT_NEAR(w.interactive.ops_per_s, 10000, 10000 * 0.01);
+  EXPECT_GT(w.interactive.queue_len_end, 900u);  // the clients all wait
+  EXPECT_DOUBLE_EQ(w.interactive.write_ratio, 1.0);
+  // Two workers on one core: same capacity (processor sharing), not double.
+  ASSERT_TRUE(sim->SetThreads(2, 1).ok());
+  ASSERT_TRUE(sim->RunWindow(&w).ok());
+  EXPECT_NEAR(w.interactive.ops_per_s, 10000, 10000 * 0.01);
+}
+
+TEST(SimulatorTest, MoreWorkersOnMoreCoresServeMore) {
+  SimOptions o;
+  o.params = Exact();
+  o.params.cores = 4;
+  o.params.op_cpu_us = 100;
+  o.interactive_threads = 1;
+  o.batch_threads = 1;
+  o.window_s = 0.5;
+  auto sim = Make(o);
+  ASSERT_TRUE(sim->SetWorkload(Paced(1000, 50, 8, false, 1000), Paced(1, 1e7, 8, false, 1)).ok());
+  WindowStats one, four;
+  ASSERT_TRUE(sim->RunWindow(&one).ok());
+  ASSERT_TRUE(sim->SetThreads(4, 1).ok());
+  ASSERT_TRUE(sim->RunWindow(&four).ok());  // 4 workers on 4 cores: 40k capacity > 20k offered
+  EXPECT_NEAR(one.interactive.ops_per_s, 10000, 100);
+  EXPECT_GT(four.interactive.ops_per_s, 19000);  // catches up on the backlog too
+  int i = 0, b = 0;
+  sim->GetThreads(&i, &b);
+  EXPECT_EQ(i, 4);
+  EXPECT_EQ(b, 1);
+}
+
+TEST(SimulatorTest, ShrinkingRetiresWorkers) {
+  SimOptions o;
+  o.params = Exact();
+  o.params.cores = 8;
+  o.params.op_cpu_us = 100;
+  o.interactive_threads = 8;
+  o.batch_threads = 1;
+  o.window_s = 0.2;
+  auto sim = Make(o);
+  ASSERT_TRUE(sim->SetWorkload(Paced(1000, 10, 8, false, 1000), Paced(1, 1e7, 8, false, 1)).ok());
+  WindowStats w;
+  ASSERT_TRUE(sim->RunWindow(&w).ok());
+  EXPECT_NEAR(w.interactive.ops_per_s, 80000, 800);
+  ASSERT_TRUE(sim->SetThreads(2, 1).ok());
+  ASSERT_TRUE(sim->RunWindow(&w).ok());
+  EXPECT_NEAR(w.interactive.ops_per_s, 20000, 400);
+}
+
+TEST(SimulatorTest, NoControlBoundsInflight) {
+  SimOptions o;
+  o.params = Exact();
+  o.params.cores = 8;
+  o.params.op_cpu_us = 100;
+  o.control = false;
+  o.no_control_max_inflight = 2;
+  o.window_s = 0.2;
+  auto sim = Make(o);
+  ASSERT_TRUE(sim->SetWorkload(Paced(1000, 10, 8, false, 500), Paced(1, 1e7, 8, false, 1)).ok());
+  WindowStats w;
+  ASSERT_TRUE(sim->RunWindow(&w).ok());
+  EXPECT_NEAR(w.interactive.ops_per_s, 20000, 400);
+  EXPECT_EQ(w.interactive.threads, 0);
+}
+
+TEST(SimulatorTest, DeviceStageFollowsTheModel) {
+  DeviceProfile profile;
+  Status s = LoadDeviceProfile(testing::DevicesDir(), "optane-1dimm", &profile);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  SimOptions o;
+  o.params = Exact();
+  o.params.op_cpu_us = 0;
+  o.params.copy_bytes_per_ns = 1e9;  // no host cost: latency = device time
+  o.device = profile;
+  o.interactive_threads = 1;
+  o.batch_threads = 1;
+  o.window_s = 0.5;
+  auto sim = Make(o);
+  // One 800 KB write every 10 ms: never two at once.
+  ASSERT_TRUE(sim->SetWorkload(Paced(1, 1e7, 8, false, 1), Paced(50, 10000, 800000, true, 1)).ok());
+  WindowStats w;
+  ASSERT_TRUE(sim->RunWindow(&w).ok());
+  DeviceModel model(profile);
+  const double expect_us = model.ServiceTimeNs(DeviceOp::kWrite, 800000 + 16, 0, 1) / 1000.0;
+  EXPECT_GT(w.batch.ops, 40u);
+  EXPECT_NEAR(w.batch.p50_us, expect_us, expect_us * 0.01);
+}
+
+TEST(SimulatorTest, SameSeedSameRunOtherSeedOtherRun) {
+  auto run = [](uint64_t seed) {
+    SimOptions o;
+    o.params = Exact();
+    o.params.jitter = 0.5;
+    o.params.wake_cpu_us = 20;
+    o.interactive_threads = 3;
+    o.batch_threads = 2;
+    o.window_s = 0.05;
+    o.seed = seed;
+    auto sim = Make(o);
+    EXPECT_TRUE(sim->SetWorkload(Paced(500, 100, 40, false, 50), Paced(100, 500, 80000, true, 20), 1234).ok());
+    std::vector<double> out;
+    for (int k = 0; k < 3; k++) {
+      WindowStats w;
+      EXPECT_TRUE(sim->RunWindow(&w).ok());
+      out.push_back(w.interactive.p99_us);
+      out.push_back(w.batch.mean_us);
+    }
+    return out;
+  };
+  EXPECT_EQ(run(1), run(1));
+  EXPECT_NE(run(1), run(2));
+}
+
+TEST(SimulatorTest, PhaseSwitchReplacesTheWorkload) {
+  SimOptions o;
+  o.params = Exact();
+  o.window_s = 0.2;
+  auto sim = Make(o);
+  ASSERT_TRUE(sim->SetWorkload(Paced(100, 1000, 40, false, 10), Paced(1, 1e7, 8, false, 1)).ok());
+  WindowStats w;
+  ASSERT_TRUE(sim->RunWindow(&w).ok());
+  EXPECT_NEAR(w.interactive.ops_per_s, 1000, 20);
+  ASSERT_TRUE(sim->SetWorkload(Paced(100, 250, 40, false, 10), Paced(1, 1e7, 8, false, 1)).ok());
+  ASSERT_TRUE(sim->RunWindow(&w).ok());
+  EXPECT_NEAR(w.interactive.ops_per_s, 4000, 40);
+}
+
+TEST(SimulatorTest, BadInputIsRefused) {
+  std::unique_ptr<Simulator> sim;
+  SimOptions o;
+  o.params = Exact();
+  o.interactive_threads = 0;
+  EXPECT_TRUE(Simulator::Create(o, &sim).IsInvalidArgument());
+  o.interactive_threads = 1;
+  o.params.cores = 0;
+  EXPECT_TRUE(Simulator::Create(o, &sim).IsInvalidArgument());
+  o.params = Exact();
+  o.params.background = 1;
+  EXPECT_TRUE(Simulator::Create(o, &sim).IsInvalidArgument());
+  o.params = Exact();
+  o.window_s = 0;
+  EXPECT_TRUE(Simulator::Create(o, &sim).IsInvalidArgument());
+  o.window_s = 0.1;
+  ASSERT_TRUE(Simulator::Create(o, &sim).ok());
+  SimClassWorkload bad = Paced(3, 10, 8, false, 1);
+  bad.times_us = {0, 20, 10};
+  EXPECT_TRUE(sim->SetWorkload(bad, Paced(1, 10, 8, false, 1)).IsInvalidArgument());
+  bad = Paced(3, 10, 8, false, 1);
+  bad.bytes.pop_back();
+  EXPECT_TRUE(sim->SetWorkload(bad, Paced(1, 10, 8, false, 1)).IsInvalidArgument());
+  bad = Paced(3, 10, 8, false, 1);
+  bad.period_us = 15;  // not after the last time (20)
+  EXPECT_TRUE(sim->SetWorkload(bad, Paced(1, 10, 8, false, 1)).IsInvalidArgument());
+  EXPECT_TRUE(sim->SetThreads(33, 1).IsInvalidArgument());
+  EXPECT_TRUE(sim->RunWindow(nullptr).IsInvalidArgument());
+}
+
+}  // namespace
+}  // namespace nvmw
