@@ -5,11 +5,12 @@
 #include "python/bind.h"
 
 NB_MODULE(_core, m) {
-  m.doc() = "nvmw C++ core: engines, middleware, device model, workloads, benchmarks";
+  m.doc() = "nvmw C++ core: engines, middleware, device model, workloads, benchmarks, simulator";
   nvmw::py::BindCore(m);
   nvmw::py::BindEngineBench(m);
   nvmw::py::BindOverheadBench(m);
   nvmw::py::BindDevice(m);
   nvmw::py::BindTrace(m);
   nvmw::py::BindYcsb(m);
+  nvmw::py::BindSim(m);
 }

@@ -27,9 +27,11 @@ def shipped_oracle_path(device: str = "optane-1dimm") -> str:
 
 def make_env(kind: str = "real", *, phase: int = 1, window_s: float = 1.0, sla: SLASpec | str | None = None,
              device: str = "optane-1dimm", engine: str = "memory", control: bool = True,
-             max_episode_steps: int = 200, initial_threads=None, path: str | None = None) -> ControlEnv:
+             max_episode_steps: int = 200, initial_threads=None, path: str | None = None,
+             sim_params: Any = None) -> ControlEnv:
     """An environment by name. 'real': the middleware (RealEnv); 'synthetic': the analytic
-    stand-in (tests/demos); 'sim': the simulator of DESIGN section 7 when it is installed."""
+    stand-in (tests/demos); 'sim': the simulator of DESIGN section 7 (nvmw.lab.sim.SimEnv,
+    parameters `sim_params`: a fitted file, name or dict; default the shipped fit)."""
     if kind == "real":
         spec = sla if isinstance(sla, SLASpec) else load_spec(sla, device=device)
         return RealEnv(phase, window_s=window_s, sla=spec, device=device, engine=engine, control=control,
@@ -39,14 +41,11 @@ def make_env(kind: str = "real", *, phase: int = 1, window_s: float = 1.0, sla: 
         return SyntheticEnv(phase, sla=spec, control=control, max_episode_steps=max_episode_steps,
                             initial_threads=initial_threads, window_s=window_s)
     if kind == "sim":
-        try:
-            from nvmw.lab.sim import SimEnv  # type: ignore[import-not-found]
-        except ImportError:
-            raise RuntimeError("--env sim needs the simulator (nvmw.lab.sim.SimEnv), which is not "
-                               "available in this build; use --env real or --env synthetic") from None
+        from nvmw.lab.sim import SimEnv
+
         spec = sla if isinstance(sla, SLASpec) else load_spec(sla, device=device)
         return SimEnv(phase, window_s=window_s, sla=spec, device=device, control=control,
-                      max_episode_steps=max_episode_steps, initial_threads=initial_threads)
+                      max_episode_steps=max_episode_steps, initial_threads=initial_threads, params=sim_params)
     raise ValueError(f"unknown env {kind!r}: use one of {ENV_KINDS}")
 
 
@@ -69,7 +68,9 @@ def add_env_args(p, *, window_default: float = 0.1, steps: bool = True) -> None:
     """The environment options shared by collect/train/evaluate/calibrate."""
     p.add_argument("--env", choices=ENV_KINDS, default="real",
                    help="environment: the real middleware (default), the analytic synthetic stand-in, "
-                        "or the simulator when installed")
+                        "or the fitted simulator")
+    p.add_argument("--sim-params", default=None, help="--env sim: fitted simulator parameters (JSON path "
+                   "or shipped name; default: the shipped fit for --device)")
     p.add_argument("--window", type=float, default=window_default, help="monitor window per step, seconds "
                    "(default %(default)s)")
     p.add_argument("--device", default="optane-1dimm", help="emulated device profile for --env real "
@@ -87,4 +88,4 @@ def add_env_args(p, *, window_default: float = 0.1, steps: bool = True) -> None:
 def env_from_args(args, *, control: bool = True, phase: int = 1) -> ControlEnv:
     return make_env(args.env, phase=phase, window_s=args.window, sla=args.sla, device=args.device,
                     engine=args.engine, control=control, path=args.pool,
-                    max_episode_steps=getattr(args, "steps", 200))
+                    max_episode_steps=getattr(args, "steps", 200), sim_params=getattr(args, "sim_params", None))

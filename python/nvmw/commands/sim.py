@@ -1,0 +1,106 @@
+"""`nvmw sim`: the simulator (DESIGN section 7). `fit` fits its free parameters to a real
+sweep saved by `nvmw calibrate --sweep-out` and reports how well it reproduces it;
+`check` reports the same for an existing parameter file; `plot` draws real vs simulated
+p99 per configuration; `run` prints simulated windows of one phase and configuration."""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def _load_rows(path: str) -> tuple[list, dict]:
+    with open(path, encoding="utf-8") as fh:
+        saved = json.load(fh)
+    if isinstance(saved, dict) and "rows" in saved:
+        return saved["rows"], saved.get("run", {})
+    if isinstance(saved, list):
+        return saved, {}
+    raise ValueError(f"{path}: not a sweep file (nvmw calibrate --sweep-out)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sim", help="the simulator: fit to a real sweep, check, plot, run",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ssub = p.add_subparsers(dest="sim_command", metavar="ACTION")
+    ssub.required = True
+
+    q = ssub.add_parser("fit", help="fit the parameters to a real sweep (writes JSON)")
+    q.add_argument("sweep", help="sweep rows from nvmw calibrate --sweep-out")
+    q.add_argument("--out", required=True, help="parameter file to write")
+    q.add_argument("--device", default=None, help="device profile (default: the sweep's)")
+    q.add_argument("--window", type=float, default=None, help="window, s (default: the sweep's)")
+    q.add_argument("--windows", type=int, default=8, help="simulated windows per configuration (default %(default)s)")
+    q.add_argument("--max-evals", type=int, default=150, help="Nelder-Mead evaluations (default %(default)s)")
+    q.add_argument("--start", default=None, help="starting parameters (file or name; default: built-in)")
+    q.add_argument("--seed", type=int, default=0)
+    q.set_defaults(func=_fit)
+
+    q = ssub.add_parser("check", help="how well a parameter file reproduces a real sweep (JSON)")
+    q.add_argument("sweep")
+    q.add_argument("--params", default=None, help="parameter file or name (default: the shipped fit)")
+    q.add_argument("--device", default=None)
+    q.add_argument("--window", type=float, default=None)
+    q.add_argument("--windows", type=int, default=8)
+    q.add_argument("--seed", type=int, default=1)
+    q.add_argument("--plot", default=None, help="also write a PNG of real vs simulated p99")
+    q.set_defaults(func=_check)
+
+    q = ssub.add_parser("run", help="simulated windows of one phase and configuration (JSON lines)")
+    q.add_argument("--phase", type=int, default=1)
+    q.add_argument("--threads", type=int, nargs=2, default=[15, 15], metavar=("I", "B"))
+    q.add_argument("--no-control", action="store_true", help="the no-control baseline")
+    q.add_argument("--windows", type=int, default=10)
+    q.add_argument("--window", type=float, default=0.1)
+    q.add_argument("--device", default="optane-1dimm")
+    q.add_argument("--params", default=None)
+    q.add_argument("--seed", type=int, default=0)
+    q.set_defaults(func=_run)
+
+
+def _fit(args) -> int:
+    from nvmw.lab.sim import fit, load_params, save_params
+
+    rows, run = _load_rows(args.sweep)
+    device = args.device or run.get("device", "optane-1dimm")
+    window = args.window or float(run.get("window_s", 0.1))
+    start = load_params(args.start, device) if args.start else None
+    res = fit(rows, window_s=window, device=device, cores=float(run.get("cores", 2)), start=start,
+              windows=args.windows, max_evals=args.max_evals, seed=args.seed, progress=True)
+    res["run"]["sweep"] = run
+    save_params(res, args.out)
+    print(json.dumps({"out": args.out, "params": res["params"], "overall": res["fit"]["overall"]}, indent=2))
+    return 0
+
+
+def _check(args) -> int:
+    from nvmw.lab.sim import compare, load_params, per_config, plot_check, simulate_sweep
+
+    rows, run = _load_rows(args.sweep)
+    device = args.device or run.get("device", "optane-1dimm")
+    window = args.window or float(run.get("window_s", 0.1))
+    params = load_params(args.params, device)
+    real = per_config(rows)
+    sim = simulate_sweep(real, params, window_s=window, windows=args.windows, device=device, seed=args.seed)
+    report = compare(real, sim)
+    if args.plot:
+        plot_check(real, sim, args.plot, title=f"{device}, window {window} s")
+        report["plot"] = args.plot
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def _run(args) -> int:
+    from nvmw.lab.sim import SimEnv
+
+    env = SimEnv(args.phase, window_s=args.window, device=args.device, params=args.params,
+                 control=not args.no_control, max_episode_steps=max(1, args.windows))
+    env.reset(seed=args.seed, options={"threads": tuple(args.threads)})
+    for _ in range(args.windows):
+        _o, r, _t, _tr, info = env.step(0)
+        s = info["stats"]
+        print(json.dumps({"phase": args.phase, "threads": info["threads"], "reward": round(r, 3),
+                          "interactive_p99_us": s["interactive"]["p99_us"], "ops_per_s": s["all"]["ops_per_s"],
+                          "batch_ops_per_s": s["batch"]["ops_per_s"],
+                          "interactive_queue": s["interactive"]["queue_len_end"],
+                          "batch_queue": s["batch"]["queue_len_end"]}))
+    return 0

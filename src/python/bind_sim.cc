@@ -1,0 +1,133 @@
+// Python binding of the simulator (include/nvmw/sim.h): `_core.Simulator`, driven by
+// nvmw.lab.sim.SimEnv. Parameters travel as dicts so that a fitted parameter file
+// (JSON) maps onto SimParams field by field.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <string>
+
+#include "nvmw/sim.h"
+#include "python/bind.h"
+
+namespace nvmw::py {
+
+namespace {
+
+namespace nb = nanobind;
+
+const char* const kParamNames[] = {"cores", "background", "client_cpu_us", "wake_cpu_us",
+                                   "op_cpu_us", "copy_bytes_per_ns", "jitter"};
+
+double* ParamField(SimParams& p, const std::string& name) {
+  if (name == "cores") return &p.cores;
+  if (name == "background") return &p.background;
+  if (name == "client_cpu_us") return &p.client_cpu_us;
+  if (name == "wake_cpu_us") return &p.wake_cpu_us;
+  if (name == "op_cpu_us") return &p.op_cpu_us;
+  if (name == "copy_bytes_per_ns") return &p.copy_bytes_per_ns;
+  if (name == "jitter") return &p.jitter;
+  return nullptr;
+}
+
+SimParams ParamsFromDict(const nb::dict& d) {
+  SimParams p;
+  for (auto [k, v] : d) {
+    const std::string name = nb::cast<std::string>(k);
+    double* f = ParamField(p, name);
+    if (f == nullptr) {
+      throw nb::value_error(("unknown sim parameter '" + name +
+                             "' (cores, background, client_cpu_us, wake_cpu_us, op_cpu_us, "
+                             "copy_bytes_per_ns, jitter)").c_str());
+    }
+    *f = nb::cast<double>(v);
+  }
+  return p;
+}
+
+SimClassWorkload WorkloadFromDict(const nb::dict& d) {
+  SimClassWorkload w;
+  for (auto [k, v] : d) {
+    const std::string name = nb::cast<std::string>(k);
+    if (name == "times_us") w.times_us = nb::cast<std::vector<double>>(v);
+    else if (name == "writes") w.writes = nb::cast<std::vector<uint8_t>>(v);
+    else if (name == "bytes") w.bytes = nb::cast<std::vector<uint32_t>>(v);
+    else if (name == "period_us") w.period_us = nb::cast<double>(v);
+    else if (name == "clients") w.clients = nb::cast<int>(v);
+    else throw nb::value_error(("unknown workload key '" + name +
+                                "' (times_us, writes, bytes, period_us, clients)").c_str());
+  }
+  return w;
+}
+
+struct PySimulator {
+  std::unique_ptr<Simulator> sim;
+};
+
+}  // namespace
+
+void BindSim(nb::module_& m) {
+  nb::list names;
+  for (const char* n : kParamNames) names.append(n);
+  m.attr("SIM_PARAM_NAMES") = nb::tuple(names);
+  m.def("sim_default_params", [] {
+    SimParams p;
+    nb::dict d;
+    for (const char* n : kParamNames) d[n] = *ParamField(p, n);
+    return d;
+  }, "SimParams defaults as a dict.");
+
+  nb::class_<PySimulator>(m, "Simulator",
+                          "Virtual-time discrete-event model of nvmw (include/nvmw/sim.h).")
+      .def(
+          "__init__",
+          [](PySimulator* self, const nb::dict& params, const DeviceProfile* device, bool control,
+             int interactive_threads, int batch_threads, int max_threads, int no_control_max_inflight,
+             double window_s, uint64_t seed) {
+            SimOptions o;
+            o.params = ParamsFromDict(params);
+            if (device != nullptr) o.device = *device;
+            o.control = control;
+            o.interactive_threads = interactive_threads;
+            o.batch_threads = batch_threads;
+            o.max_threads = max_threads;
+            o.no_control_max_inflight = no_control_max_inflight;
+            o.window_s = window_s;
+            o.seed = seed;
+            new (self) PySimulator();
+            ThrowIfError(Simulator::Create(o, &self->sim));
+          },
+          nb::arg("params"), nb::arg("device").none() = nb::none(), nb::arg("control") = true,
+          nb::arg("interactive_threads") = 15, nb::arg("batch_threads") = 15, nb::arg("max_threads") = 32,
+          nb::arg("no_control_max_inflight") = 200, nb::arg("window_s") = 1.0, nb::arg("seed") = 0)
+      .def(
+          "set_workload",
+          [](PySimulator& self, const nb::dict& interactive, const nb::dict& batch, double start_offset_us) {
+            const SimClassWorkload wi = WorkloadFromDict(interactive), wb = WorkloadFromDict(batch);
+            ThrowIfError(self.sim->SetWorkload(wi, wb, start_offset_us));
+          },
+          nb::arg("interactive"), nb::arg("batch"), nb::arg("start_offset_us") = 0.0,
+          "Replace the offered workload: dicts with times_us, writes, bytes, period_us, clients.")
+      .def("set_threads", [](PySimulator& self, int i, int b) { ThrowIfError(self.sim->SetThreads(i, b)); },
+           nb::arg("interactive"), nb::arg("batch"))
+      .def_prop_ro("threads", [](const PySimulator& self) {
+        int i = 0, b = 0;
+        self.sim->GetThreads(&i, &b);
+        return nb::make_tuple(i, b);
+      })
+      .def("run_window", [](PySimulator& self) {
+        WindowStats w;
+        Status s;
+        {
+          nb::gil_scoped_release release;
+          s = self.sim->RunWindow(&w);
+        }
+        ThrowIfError(s);
+        return StatsToDict(w);
+      }, "Advance one window of virtual time; the window's stats dict (as Middleware.get_stats).")
+      .def_prop_ro("now_s", [](const PySimulator& self) { return self.sim->now_s(); })
+      .def_prop_ro("events", [](const PySimulator& self) { return self.sim->events(); });
+}
+
+}  // namespace nvmw::py
