@@ -19,8 +19,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="thread counts swept for each pool (default %(default)s)")
     p.add_argument("--windows", type=int, default=5, help="measured windows per configuration (default %(default)s)")
     p.add_argument("--phases", type=int, nargs="+", default=[1, 2, 3, 4])
+    p.add_argument("--rule", choices=("attain", "quantile"), default="attain",
+                   help="attain (default): the tightest goals the best configuration of every phase "
+                   "meets on --attain of its windows; quantile: the --quantile of the configurations' "
+                   "medians (the first calibration)")
+    p.add_argument("--attain", type=float, default=0.9,
+                   help="rule attain: fraction of windows the goals must hold (default %(default)s)")
     p.add_argument("--quantile", type=float, default=0.25,
-                   help="goal quantile across configurations (default %(default)s)")
+                   help="rule quantile: goal quantile across configurations (default %(default)s)")
     p.add_argument("--out", required=True, help="SLA spec TOML to write")
     p.add_argument("--oracle-out", default=None, help="oracle table JSON to write (default: next to --out)")
     p.add_argument("--sweep-out", default=None, help="also write the raw sweep rows (JSON)")
@@ -53,8 +59,10 @@ def run(args) -> int:
     header = {k: v for k, v in header.items() if k != "sla"}
     name = f"calibrated-{args.device if args.env == 'real' else args.env}"
     notes = (f"nvmw calibrate: {header['cores']} cores, env {args.env}, device {header['device']}, "
-             f"window {args.window} s, grid {args.grid}, {args.windows} windows/config, quantile {args.quantile}")
-    spec, table, report = calibrate(rows, quantile=args.quantile, name=name, notes=notes)
+             f"window {args.window} s, grid {args.grid}, {args.windows} windows/config, rule {args.rule} "
+             + (f"attain {args.attain}" if args.rule == "attain" else f"quantile {args.quantile}"))
+    spec, table, report = calibrate(rows, rule=args.rule, attain=args.attain, quantile=args.quantile,
+                                    name=name, notes=notes)
     spec.save(args.out)
     oracle_out = args.oracle_out or os.path.splitext(args.out)[0] + ".oracle.json"
     with open(oracle_out, "w", encoding="utf-8") as fh:
@@ -65,5 +73,7 @@ def run(args) -> int:
     print(json.dumps({"spec": args.out, "oracle": oracle_out, "lat_goal_us": spec.lat_goal,
                       "tp_goal_ops_per_s": spec.tp_goal, "oracle_table": report["oracle"],
                       "feasible_fraction_per_phase": report["feasible_fraction_per_phase"],
+                      "best_both_met_fraction_per_phase": report["best_both_met_fraction_per_phase"],
+                      "promise_per_phase": report["promise_per_phase"],
                       "wall_s": round(time.monotonic() - t0, 1), **header}, indent=2))
     return 0

@@ -45,40 +45,70 @@ def sweep_env(env: ControlEnv, *, phases: Sequence[int] = (1, 2, 3, 4), grid: Se
     return rows
 
 
-def _per_config(rows: Sequence[Mapping[str, Any]]) -> dict[int, dict[tuple[int, int], tuple[float, float]]]:
+def _windows(rows: Sequence[Mapping[str, Any]]) -> dict[int, dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]]:
     acc: dict[int, dict[tuple[int, int], tuple[list, list]]] = {}
     for r in rows:
         d = acc.setdefault(int(r["phase"]), {})
         lat, tp = d.setdefault((int(r["interactive_threads"]), int(r["batch_threads"])), ([], []))
         lat.append(float(r["p99_us"]))
         tp.append(float(r["throughput"]))
-    return {ph: {c: (float(np.median(l)), float(np.median(t))) for c, (l, t) in d.items()} for ph, d in acc.items()}
+    return {ph: {c: (np.asarray(l), np.asarray(t)) for c, (l, t) in d.items()} for ph, d in acc.items()}
 
 
-def derive_spec(rows: Sequence[Mapping[str, Any]], *, quantile: float = 0.25, name: str = "calibrated",
-                notes: str = "", base: SLASpec | None = None) -> tuple[SLASpec, dict[str, Any]]:
-    """Goals from the sweep: per phase, the `quantile` of the configurations' median
-    interactive p99 and the `quantile` of their median throughput; lat_goal is the largest
-    of those over phases (so in every phase the best quarter of configurations meets it)
-    and tp_goal the smallest. The workloads are open-loop, so throughput tracks the offered
-    load and only falls when a configuration falls behind: the lower-quartile goal flags
-    exactly that. If in some phase no configuration meets both, tp_goal drops to the best
-    throughput among that phase's latency-meeting configurations.
+RULES = ("attain", "quantile")
+
+
+def derive_spec(rows: Sequence[Mapping[str, Any]], *, rule: str = "attain", attain: float = 0.9,
+                quantile: float = 0.25, name: str = "calibrated", notes: str = "",
+                base: SLASpec | None = None) -> tuple[SLASpec, dict[str, Any]]:
+    """SLA goals from a sweep of fixed configurations (one row per window).
+
+    rule "attain" (default): the tightest goals the best fixed configuration of EVERY phase
+    meets on a fraction `attain` of its windows. Per phase and configuration, the
+    `attain`-quantile of its window p99s is the latency it can promise; the phase's best
+    promise is the smallest over configurations; lat_goal is the largest over phases.
+    tp_goal: per phase, the (1 - attain)-quantile of the throughput windows of the
+    configuration that made the latency promise (throughput tracks the offered load in
+    open-loop workloads; this keeps the window-to-window fluctuation of the offered load
+    from counting as a miss and flags falling behind); the smallest over phases.
+    rule "quantile" (the first calibration): per phase the `quantile` of the
+    configurations' median p99 and median throughput; lat_goal the largest over phases,
+    tp_goal the smallest (lowered to the best throughput among a phase's latency-meeting
+    configurations if needed). It describes the configuration space, not what a
+    controller can promise: even the best configuration misses such a goal on many windows.
     Scaling bounds: min_value 0, max_latency / max_throughput twice the largest window
     seen. Penalties and scale ranges are the thesis's (from `base`)."""
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     if not 0 < quantile < 1:
         raise ValueError("quantile must be in (0, 1)")
-    per = _per_config(rows)
-    if not per:
+    if not 0 < attain < 1:
+        raise ValueError("attain must be in (0, 1)")
+    win = _windows(rows)
+    if not win:
         raise ValueError("empty sweep")
-    lat_goal = max(float(np.quantile([v[0] for v in d.values()], quantile)) for d in per.values())
-    tp_goal = min(float(np.quantile([v[1] for v in d.values()], quantile)) for d in per.values())
-    for d in per.values():
-        ok_lat = [tp for (lat, tp) in d.values() if lat <= lat_goal]
-        if ok_lat and max(ok_lat) < tp_goal:
-            tp_goal = max(ok_lat)
+    per = {ph: {c: (float(np.median(l)), float(np.median(t))) for c, (l, t) in d.items()} for ph, d in win.items()}
+    promise: dict[int, Any] = {}
+    if rule == "attain":
+        lat_goal, tp_goal = 0.0, float("inf")
+        for ph, d in win.items():
+            cfg = min(d, key=lambda c: float(np.quantile(d[c][0], attain)))
+            lat = float(np.quantile(d[cfg][0], attain))
+            tp = float(np.quantile(d[cfg][1], 1.0 - attain))
+            promise[ph] = {"config": f"I{cfg[0]}B{cfg[1]}", "p99_us": lat, "throughput": tp}
+            lat_goal = max(lat_goal, lat)
+            tp_goal = min(tp_goal, tp)
+    else:
+        lat_goal = max(float(np.quantile([v[0] for v in d.values()], quantile)) for d in per.values())
+        tp_goal = min(float(np.quantile([v[1] for v in d.values()], quantile)) for d in per.values())
+        for d in per.values():
+            ok_lat = [tp for (lat, tp) in d.values() if lat <= lat_goal]
+            if ok_lat and max(ok_lat) < tp_goal:
+                tp_goal = max(ok_lat)
     feasible = {ph: sum(1 for (lat, tp) in d.values() if lat <= lat_goal and tp >= tp_goal) / len(d)
                 for ph, d in per.items()}
+    both_met = {ph: {f"I{c[0]}B{c[1]}": float(np.mean((l <= lat_goal) & (t >= tp_goal))) for c, (l, t) in d.items()}
+                for ph, d in win.items()}
     max_lat = max(float(r["p99_us"]) for r in rows)
     max_tp = max(float(r["throughput"]) for r in rows)
     b = base or SLASpec()
@@ -88,8 +118,11 @@ def derive_spec(rows: Sequence[Mapping[str, Any]], *, quantile: float = 0.25, na
                    max_scale_lat=b.max_scale_lat, max_scale_tp=b.max_scale_tp, min_scale=b.min_scale,
                    lat_penalty=b.lat_penalty, tp_penalty=b.tp_penalty, latency_class=b.latency_class,
                    throughput_class=b.throughput_class, name=name, notes=notes)
-    report = {"feasible_fraction_per_phase": feasible, "quantile": quantile,
-              "per_config": {str(ph): {f"I{c[0]}B{c[1]}": {"p99_us": v[0], "throughput": v[1]}
+    report = {"rule": rule, "attain": attain, "quantile": quantile, "feasible_fraction_per_phase": feasible,
+              "best_both_met_fraction_per_phase": {str(ph): max(v.values()) for ph, v in both_met.items()},
+              "promise_per_phase": {str(ph): v for ph, v in promise.items()},
+              "per_config": {str(ph): {f"I{c[0]}B{c[1]}": {"p99_us": v[0], "throughput": v[1],
+                                                            "both_met": both_met[ph][f"I{c[0]}B{c[1]}"]}
                                        for c, v in d.items()} for ph, d in per.items()}}
     return spec, report
 
