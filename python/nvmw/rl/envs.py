@@ -198,6 +198,7 @@ class RealEnv(ControlEnv):
         self.workload = None
         self._seq = 0
         self._workload_seed = 0
+        self._paused = False
         self.spec = EnvSpec(id="nvmw/Real-v0", entry_point="nvmw.rl.envs:RealEnv", nondeterministic=True,
                             kwargs={"phase": phase, "window_s": window_s, "max_episode_steps": max_episode_steps,
                                     "engine": engine, "path": path, "device": device, "control": control,
@@ -222,6 +223,7 @@ class RealEnv(ControlEnv):
         self.workload.start()
 
     def _restart(self, phase, threads, workload_seed):
+        self._paused = False
         self._ensure_middleware(threads)
         if self.control:
             self.mw.set_threads(*threads)
@@ -237,6 +239,20 @@ class RealEnv(ControlEnv):
     def _switch_phase(self, phase):
         # A new workload seed per switch, drawn from np_random, keeps the long run replayable.
         self._start_workload(phase, int(self.np_random.integers(0, 2**31 - 1)))
+        if self._paused:
+            # Windows closed while paused are empty: start over from a fresh one.
+            self._paused = False
+            self._seq = int(self.mw.get_stats()["seq"])
+            for _ in range(self.warmup_windows):
+                self._seq = int(self.mw.wait_for_window(self._seq, self.window_timeout_s)["seq"])
+
+    def pause(self) -> None:
+        """Stop the workload (threads and store kept) until the next reset or phase switch:
+        lets several envs take turns on one machine (the interleaved evaluation)."""
+        if self.workload is not None:
+            self.workload.stop()
+            self.workload = None
+            self._paused = True
 
     def _next_window(self):
         if self.mw is None:

@@ -16,45 +16,85 @@ TRACE_KEYS = ("step", "phase", "interactive_threads", "batch_threads", "reward",
               "offered_ops_per_s", "sla_latency_met", "sla_throughput_met")
 
 
+class _Run:
+    """One controller's long run, advanced a segment at a time (so that controllers can
+    take turns on the machine). The env is reset on the first call."""
+
+    def __init__(self, env: ControlEnv, controller: Controller, *, total_steps: int, switch_every: int, seed: int,
+                 initial_threads: tuple[int, int], phases: Sequence[int]):
+        self.env = env
+        self.controller = controller
+        self.long_env = SeqPhaseEnv(env, total_steps=total_steps, switch_every=switch_every, phases=tuple(phases),
+                                    initial_threads=initial_threads)
+        self.total_steps = int(total_steps)
+        self.seed = seed
+        self.trace: dict[str, list] = {k: [] for k in TRACE_KEYS}
+        self.step = 0
+        self.wall_s = 0.0
+        self.done = False
+        self._obs = self._info = None
+
+    def advance(self, n: int, bar=None) -> None:
+        t0 = time.monotonic()
+        if self._obs is None:
+            self.controller.reset()
+            self._obs, self._info = self.long_env.reset(seed=self.seed)
+        env = self.env.unwrapped
+        for _ in range(n):
+            if self.done or self.step >= self.total_steps:
+                self.done = True
+                break
+            decision = self.controller.act(self._obs, self._info)
+            if isinstance(decision, tuple):
+                if env.control:
+                    env.set_threads(*decision)
+                action = 0
+            else:
+                action = int(decision)
+            self._obs, r, term, trunc, info = self.long_env.step(action)
+            self._info = info
+            i, b = info["threads"]
+            for k, v in (("step", self.step), ("phase", info["phase"]), ("interactive_threads", i),
+                         ("batch_threads", b), ("reward", r), ("p99_us", info["p99_us"]),
+                         ("throughput", info["throughput"]), ("offered_ops_per_s", info["offered_ops_per_s"]),
+                         ("sla_latency_met", info["sla_latency_met"]),
+                         ("sla_throughput_met", info["sla_throughput_met"])):
+                self.trace[k].append(v)
+            self.step += 1
+            if bar is not None:
+                bar.update(1)
+            if term or trunc:
+                self.done = True
+                break
+        # Let the next controller have the machine (RealEnv stops its workload; the next
+        # phase switch restarts it).
+        pause = getattr(env, "pause", None)
+        if pause is not None and not self.done:
+            pause()
+        self.wall_s += time.monotonic() - t0
+
+    def result(self) -> dict[str, list]:
+        out = dict(self.trace)
+        out["schedule"] = list(self.long_env.schedule_)
+        out["wall_s"] = self.wall_s
+        return out
+
+
 def run_controller(env: ControlEnv, controller: Controller, *, total_steps: int = 4000, switch_every: int = 200,
                    seed: int = 0, initial_threads: tuple[int, int] = (15, 15), progress: bool = False,
                    phases: Sequence[int] = (1, 2, 3, 4)) -> dict[str, list]:
     """Run one controller through the long run on `env` (not closed here). Returns the
     per-step trace as column lists (TRACE_KEYS) plus "schedule" and "wall_s"."""
-    long_env = SeqPhaseEnv(env, total_steps=total_steps, switch_every=switch_every, phases=tuple(phases),
-                           initial_threads=initial_threads)
-    controller.reset()
-    t0 = time.monotonic()
-    obs, info = long_env.reset(seed=seed)
-    trace: dict[str, list] = {k: [] for k in TRACE_KEYS}
+    run = _Run(env, controller, total_steps=total_steps, switch_every=switch_every, seed=seed,
+               initial_threads=initial_threads, phases=phases)
     bar = None
     if progress:
         from tqdm.auto import tqdm
         bar = tqdm(total=total_steps, desc=controller.name, unit="step")
-    for step in range(total_steps):
-        decision = controller.act(obs, info)
-        if isinstance(decision, tuple):
-            if env.unwrapped.control:
-                env.unwrapped.set_threads(*decision)
-            action = 0
-        else:
-            action = int(decision)
-        obs, r, term, trunc, info = long_env.step(action)
-        i, b = info["threads"]
-        for k, v in (("step", step), ("phase", info["phase"]), ("interactive_threads", i),
-                     ("batch_threads", b), ("reward", r), ("p99_us", info["p99_us"]),
-                     ("throughput", info["throughput"]), ("offered_ops_per_s", info["offered_ops_per_s"]),
-                     ("sla_latency_met", info["sla_latency_met"]), ("sla_throughput_met", info["sla_throughput_met"])):
-            trace[k].append(v)
-        if bar is not None:
-            bar.update(1)
-        if term or trunc:
-            break
+    run.advance(total_steps, bar)
     if bar is not None:
         bar.close()
-    trace["schedule"] = list(long_env.schedule_)
-    trace["wall_s"] = time.monotonic() - t0
-    return trace
+    return run.result()
 
 
 def quartiles(x: Sequence[float]) -> dict[str, float]:
@@ -104,20 +144,51 @@ def summarize(trace: Mapping[str, list], switch_every: int) -> dict[str, Any]:
 def evaluate_controllers(make_env: Callable[[bool], ControlEnv], controllers: Sequence[Controller], *,
                          total_steps: int = 4000, switch_every: int = 200, seed: int = 0,
                          initial_threads: tuple[int, int] = (15, 15), progress: bool = False,
-                         phases: Sequence[int] = (1, 2, 3, 4)) -> tuple[dict, dict]:
+                         phases: Sequence[int] = (1, 2, 3, 4), interleave: bool = True) -> tuple[dict, dict]:
     """Every controller on the same seeded schedule. make_env(control) builds a fresh env
-    (control=False for the no-control baseline); it is closed after each controller.
+    (control=False for the no-control baseline); it is closed at the end.
+
+    interleave=True (default): the controllers take turns, one phase segment each
+    (segment 1 of every controller, then segment 2, ...), each on its own env, so a change
+    in machine load during the run hits every controller alike instead of whichever ran
+    then; envs with a `pause()` (RealEnv) stop their workload while waiting. False runs
+    each controller's whole run before the next one's.
     Returns (summary per controller, trace per controller)."""
     summaries, traces = {}, {}
-    for c in controllers:
-        env = make_env(c.requires_control)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=total_steps * len(controllers), desc="evaluate", unit="step")
+    if not interleave:
+        for c in controllers:
+            env = make_env(c.requires_control)
+            try:
+                run = _Run(env, c, total_steps=total_steps, switch_every=switch_every, seed=seed,
+                           initial_threads=initial_threads, phases=phases)
+                run.advance(total_steps, bar)
+            finally:
+                env.close()
+            traces[c.name] = run.result()
+    else:
+        runs = []
         try:
-            tr = run_controller(env, c, total_steps=total_steps, switch_every=switch_every, seed=seed,
-                                initial_threads=initial_threads, progress=progress, phases=phases)
+            for c in controllers:
+                runs.append(_Run(make_env(c.requires_control), c, total_steps=total_steps,
+                                 switch_every=switch_every, seed=seed, initial_threads=initial_threads,
+                                 phases=phases))
+            for _seg in range(-(-total_steps // switch_every)):
+                for run in runs:
+                    if bar is not None:
+                        bar.set_postfix(controller=run.controller.name, refresh=False)
+                    run.advance(switch_every, bar)
         finally:
-            env.close()
-        traces[c.name] = tr
-        summaries[c.name] = summarize(tr, switch_every)
+            for run in runs:
+                run.env.close()
+        traces = {run.controller.name: run.result() for run in runs}
+    if bar is not None:
+        bar.close()
+    for name, tr in traces.items():
+        summaries[name] = summarize(tr, switch_every)
     return summaries, traces
 
 
