@@ -40,6 +40,10 @@ struct SimParams {
   double op_cpu_us = 1;           // fixed CPU of one engine operation
   double copy_bytes_per_ns = 10;  // engine copy bandwidth (GB/s) for the value bytes
   double jitter = 0.3;            // sigma of the log-normal factor on every CPU cost
+  // CPU scheduling: 0 = processor sharing (every runnable thread progresses at once);
+  // > 0 = round robin on round(cores) CPUs with this time slice, so a woken thread
+  // waits behind running ones (the Linux scheduler lies between the two).
+  double quantum_us = 0;
 };
 
 struct SimOptions {

@@ -18,7 +18,7 @@ namespace {
 namespace nb = nanobind;
 
 const char* const kParamNames[] = {"cores", "background", "client_cpu_us", "wake_cpu_us",
-                                   "op_cpu_us", "copy_bytes_per_ns", "jitter"};
+                                   "op_cpu_us", "copy_bytes_per_ns", "jitter", "quantum_us"};
 
 double* ParamField(SimParams& p, const std::string& name) {
   if (name == "cores") return &p.cores;
@@ -28,6 +28,7 @@ double* ParamField(SimParams& p, const std::string& name) {
   if (name == "op_cpu_us") return &p.op_cpu_us;
   if (name == "copy_bytes_per_ns") return &p.copy_bytes_per_ns;
   if (name == "jitter") return &p.jitter;
+  if (name == "quantum_us") return &p.quantum_us;
   return nullptr;
 }
 
@@ -39,7 +40,7 @@ SimParams ParamsFromDict(const nb::dict& d) {
     if (f == nullptr) {
       throw nb::value_error(("unknown sim parameter '" + name +
                              "' (cores, background, client_cpu_us, wake_cpu_us, op_cpu_us, "
-                             "copy_bytes_per_ns, jitter)").c_str());
+                             "copy_bytes_per_ns, jitter, quantum_us)").c_str());
     }
     *f = nb::cast<double>(v);
   }

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "sim/ps_resource.h"
+#include "sim/rr_cpu.h"
 #include "util/histogram.h"
 
 namespace nvmw {
@@ -75,7 +76,9 @@ bool Finite(double x) { return std::isfinite(x); }
 struct Simulator::Impl {
   SimOptions opt;
   DeviceModel device;
-  sim::PsResource cpu;
+  sim::PsResource ps_cpu;   // quantum_us == 0: processor sharing
+  sim::RoundRobinCpu rr_cpu;  // quantum_us > 0: round robin with that quantum
+  bool round_robin;
   sim::PsResource dev;
   std::mt19937_64 rng;
   std::lognormal_distribution<double> jitter;
@@ -112,15 +115,33 @@ struct Simulator::Impl {
   explicit Impl(const SimOptions& o)
       : opt(o),
         device(o.device),
-        cpu(1, [this](int, int n0, int) {
+        ps_cpu(1, [this](int, int n0, int) {
           const double cores = opt.params.cores * (1.0 - opt.params.background);
           return n0 <= cores ? 1.0 : cores / n0;
         }),
+        rr_cpu(int(std::lround(o.params.cores)), o.params.quantum_us * 1000.0, 1.0 - o.params.background),
+        round_robin(o.params.quantum_us > 0),
         dev(2, [this](int kind, int n0, int n1) {
           return device.RatePerAccessor(kind == 0 ? DeviceOp::kRead : DeviceOp::kWrite, n0, n1);
         }),
         rng(o.seed),
         jitter(0.0, o.params.jitter) {}
+
+  // The CPU, whichever model: add a job, time of its next event, process that event
+  // (true with the job's id when a job finished).
+  void CpuAdd(double work, uint64_t job) {
+    if (round_robin) {
+      rr_cpu.Add(now, work, job);
+    } else {
+      ps_cpu.Add(now, 0, work, job);
+    }
+  }
+  double CpuNext() const { return round_robin ? rr_cpu.NextEvent() : ps_cpu.NextDeparture(); }
+  bool CpuStep(uint64_t* job) {
+    if (round_robin) return rr_cpu.Step(now, job);
+    *job = ps_cpu.PopNext(now);
+    return true;
+  }
 
   double CpuCost(double us) {
     double ns = us * 1000.0;
@@ -167,7 +188,7 @@ struct Simulator::Impl {
     r.epoch = epoch;
     if (free_clients[c] > 0) {
       free_clients[c]--;
-      cpu.Add(now, 0, CpuCost(opt.params.client_cpu_us), (id << 3) | kClientIssue);
+      CpuAdd(CpuCost(opt.params.client_cpu_us), (id << 3) | kClientIssue);
     } else {
       client_backlog[c].push_back(id);
     }
@@ -178,7 +199,7 @@ struct Simulator::Impl {
     if (!client_backlog[c].empty()) {
       const uint64_t id = client_backlog[c].front();
       client_backlog[c].pop_front();
-      cpu.Add(now, 0, CpuCost(opt.params.client_cpu_us), (id << 3) | kClientIssue);
+      CpuAdd(CpuCost(opt.params.client_cpu_us), (id << 3) | kClientIssue);
     } else {
       free_clients[c]++;
     }
@@ -205,7 +226,7 @@ struct Simulator::Impl {
     while (idle[c] > 0 && int(queue[c].size()) > waking[c]) {
       idle[c]--;
       waking[c]++;
-      cpu.Add(now, 0, CpuCost(opt.params.wake_cpu_us), (uint64_t(c) << 3) | kWorkerWake);
+      CpuAdd(CpuCost(opt.params.wake_cpu_us), (uint64_t(c) << 3) | kWorkerWake);
     }
   }
 
@@ -228,7 +249,7 @@ struct Simulator::Impl {
   void StartServe(uint64_t id) {
     const Request& r = reqs[id];
     const double us = opt.params.op_cpu_us + r.bytes / opt.params.copy_bytes_per_ns / 1000.0;
-    cpu.Add(now, 0, CpuCost(us), (id << 3) | kServe);
+    CpuAdd(CpuCost(us), (id << 3) | kServe);
   }
 
   void AfterServe(uint64_t id) {
@@ -265,14 +286,14 @@ struct Simulator::Impl {
         const uint64_t next = waiters.front();
         waiters.pop_front();
         inflight++;
-        cpu.Add(now, 0, CpuCost(opt.params.wake_cpu_us), (next << 3) | kWaiterWake);
+        CpuAdd(CpuCost(opt.params.wake_cpu_us), (next << 3) | kWaiterWake);
       }
       Release(id);
       return;
     }
     WorkerFree(c);
     // The client wakes on its own CPU time; the request slot is released after that.
-    cpu.Add(now, 0, CpuCost(opt.params.wake_cpu_us), (id << 3) | kClientWake);
+    CpuAdd(CpuCost(opt.params.wake_cpu_us), (id << 3) | kClientWake);
   }
 
   void Release(uint64_t id) {
@@ -328,14 +349,15 @@ struct Simulator::Impl {
   void RunUntil(double end) {
     for (;;) {
       const double te = events.empty() ? kInf : events.top().t;
-      const double tc = cpu.NextDeparture();
+      const double tc = CpuNext();
       const double td = dev.NextDeparture();
       const double t = std::min(te, std::min(tc, td));
       if (!(t <= end)) break;
       now = std::max(now, t);
       processed++;
       if (t == tc) {
-        OnCpuDone(cpu.PopNext(now));
+        uint64_t job = 0;
+        if (CpuStep(&job)) OnCpuDone(job);
       } else if (t == td) {
         AfterDevice(dev.PopNext(now));
       } else {
@@ -381,9 +403,10 @@ Status Simulator::Create(const SimOptions& o, std::unique_ptr<Simulator>* out) {
   if (o.no_control_max_inflight < 1) return Status::InvalidArgument("no_control_max_inflight must be >= 1");
   if (!(p.cores > 0) || !(p.background >= 0 && p.background < 1) || !(p.client_cpu_us >= 0) ||
       !(p.wake_cpu_us >= 0) || !(p.op_cpu_us >= 0) || !(p.copy_bytes_per_ns > 0) || !(p.jitter >= 0) ||
+      !(p.quantum_us >= 0) || !Finite(p.quantum_us) || (p.quantum_us > 0 && std::lround(p.cores) < 1) ||
       !Finite(p.cores) || !Finite(p.client_cpu_us) || !Finite(p.wake_cpu_us) || !Finite(p.op_cpu_us) ||
       !Finite(p.copy_bytes_per_ns) || !Finite(p.jitter)) {
-    return Status::InvalidArgument("sim params out of range: cores > 0, 0 <= background < 1, costs >= 0, copy > 0");
+    return Status::InvalidArgument("sim params out of range: cores > 0, 0 <= background < 1, costs >= 0, copy > 0, quantum >= 0");
   }
   if (!o.device.passthrough) {
     Status s = ValidateDeviceProfile(o.device);

@@ -19,6 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=4000, help="steps of the long run (default %(default)s)")
     p.add_argument("--switch-every", type=int, default=200, help="steps per phase segment (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="400 steps, 0.1 s windows, switch every 100")
+    p.add_argument("--sequential", action="store_true", help="run each controller's whole run before the next "
+                   "one's (default: controllers take turns, one phase segment each)")
     p.add_argument("--controllers", nargs="+", choices=CONTROLLERS, default=list(CONTROLLERS))
     p.add_argument("--agent", default=None, help="trained agent (default: the shipped one for --device)")
     p.add_argument("--oracle", default=None, help="oracle table JSON from `nvmw calibrate` (default: shipped)")
@@ -40,7 +42,7 @@ def build_controllers(names, *, spec, device: str, agent_path=None, oracle_path=
         elif n == "fixed":
             out.append(Fixed(*fixed))
         elif n == "oracle":
-            path = oracle_path or shipped_oracle_path(device if env_kind == "real" else env_kind)
+            path = oracle_path or shipped_oracle_path(device if env_kind in ("real", "sim") else env_kind)
             if not os.path.exists(path):
                 raise FileNotFoundError(f"no oracle table at {path}: run `nvmw calibrate` and pass --oracle")
             out.append(OracleFixed.from_json(path))
@@ -49,7 +51,7 @@ def build_controllers(names, *, spec, device: str, agent_path=None, oracle_path=
         elif n == "gradient":
             out.append(Gradient(spec.lat_goal))
         elif n == "q-learning":
-            path = agent_path or shipped_agent_path(device if env_kind == "real" else env_kind)
+            path = agent_path or shipped_agent_path(device if env_kind in ("real", "sim") else env_kind)
             if not os.path.exists(path):
                 raise FileNotFoundError(f"no trained agent at {path}: run `nvmw train` and pass --agent")
             out.append(AgentController(QLearningAgent.load(path)))
@@ -64,17 +66,20 @@ def run(args) -> int:
         args.steps, args.window, args.switch_every = 400, 0.1, 100
     probe = make_env(args.env, window_s=args.window, sla=args.sla, device=args.device, engine=args.engine)
     spec = probe.sla
-    header = run_header(args.env, probe, steps=args.steps, switch_every=args.switch_every, seed=args.seed)
+    header = run_header(args.env, probe, steps=args.steps, switch_every=args.switch_every, seed=args.seed,
+                        order="sequential" if args.sequential else "interleaved (controllers take turns per segment)")
     probe.close()
     ctrls = build_controllers(args.controllers, spec=spec, device=args.device, agent_path=args.agent,
                               oracle_path=args.oracle, fixed=tuple(args.fixed), env_kind=args.env)
 
     def factory(control: bool):
         return make_env(args.env, window_s=args.window, sla=spec, device=args.device, engine=args.engine,
-                        control=control, path=args.pool, max_episode_steps=args.steps)
+                        control=control, path=args.pool, max_episode_steps=args.steps,
+                        sim_params=args.sim_params)
 
     summaries, traces = evaluate_controllers(factory, ctrls, total_steps=args.steps,
-                                             switch_every=args.switch_every, seed=args.seed, progress=True)
+                                             switch_every=args.switch_every, seed=args.seed, progress=True,
+                                             interleave=not args.sequential)
     paths = write_outputs(summaries, traces, header, args.out, args.switch_every)
     with open(paths["markdown"], encoding="utf-8") as fh:
         print(fh.read())

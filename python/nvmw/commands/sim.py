@@ -8,14 +8,20 @@ import argparse
 import json
 
 
-def _load_rows(path: str) -> tuple[list, dict]:
-    with open(path, encoding="utf-8") as fh:
-        saved = json.load(fh)
-    if isinstance(saved, dict) and "rows" in saved:
-        return saved["rows"], saved.get("run", {})
-    if isinstance(saved, list):
-        return saved, {}
-    raise ValueError(f"{path}: not a sweep file (nvmw calibrate --sweep-out)")
+def _load_rows(paths) -> tuple[list, dict]:
+    """Rows of one or more sweep files (the first file's run header is kept)."""
+    rows, header = [], None
+    for path in [paths] if isinstance(paths, str) else paths:
+        with open(path, encoding="utf-8") as fh:
+            saved = json.load(fh)
+        if isinstance(saved, dict) and "rows" in saved:
+            rows.extend(saved["rows"])
+            header = header if header is not None else saved.get("run", {})
+        elif isinstance(saved, list):
+            rows.extend(saved)
+        else:
+            raise ValueError(f"{path}: not a sweep file (nvmw calibrate --sweep-out)")
+    return rows, header or {}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     ssub.required = True
 
     q = ssub.add_parser("fit", help="fit the parameters to a real sweep (writes JSON)")
-    q.add_argument("sweep", help="sweep rows from nvmw calibrate --sweep-out")
+    q.add_argument("sweep", nargs="+", help="sweep rows from nvmw calibrate --sweep-out (rows with "
+                   "0 interactive and 0 batch threads are no-control runs)")
     q.add_argument("--out", required=True, help="parameter file to write")
     q.add_argument("--device", default=None, help="device profile (default: the sweep's)")
     q.add_argument("--window", type=float, default=None, help="window, s (default: the sweep's)")
@@ -36,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.set_defaults(func=_fit)
 
     q = ssub.add_parser("check", help="how well a parameter file reproduces a real sweep (JSON)")
-    q.add_argument("sweep")
+    q.add_argument("sweep", nargs="+")
     q.add_argument("--params", default=None, help="parameter file or name (default: the shipped fit)")
     q.add_argument("--device", default=None)
     q.add_argument("--window", type=float, default=None)

@@ -30,7 +30,8 @@ from nvmw.rl.sla import SLASpec
 SIM_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "sim")
 PARAM_NAMES = tuple(_core.SIM_PARAM_NAMES)
 #: Parameters the fit moves (cores is the machine's, not fitted).
-FIT_NAMES = ("background", "client_cpu_us", "wake_cpu_us", "op_cpu_us", "copy_bytes_per_ns", "jitter")
+FIT_NAMES = ("background", "client_cpu_us", "wake_cpu_us", "op_cpu_us", "copy_bytes_per_ns", "jitter",
+             "quantum_us")
 
 
 def default_params() -> dict:
@@ -172,20 +173,22 @@ class SimEnv(ControlEnv):
 # ---- fitting --------------------------------------------------------------------------
 
 def per_config(rows: Sequence[Mapping[str, Any]]) -> dict:
-    """{(phase, i, b): (median p99_us, median throughput)} of sweep rows."""
+    """{(phase, i, b): (median p99_us, median throughput, 90th-percentile p99_us)} of sweep
+    rows (one row per window). (i, b) = (0, 0) is the no-control baseline."""
     acc: dict = {}
     for r in rows:
         key = (int(r["phase"]), int(r["interactive_threads"]), int(r["batch_threads"]))
         lat, tp = acc.setdefault(key, ([], []))
         lat.append(float(r["p99_us"]))
         tp.append(float(r["throughput"]))
-    return {k: (float(np.median(l)), float(np.median(t))) for k, (l, t) in acc.items()}
+    return {k: (float(np.median(l)), float(np.median(t)), float(np.quantile(l, 0.9))) for k, (l, t) in acc.items()}
 
 
 def simulate_sweep(rows_or_configs, params: Mapping, *, window_s: float, windows: int = 4, settle_windows: int = 1,
                    device: str = "optane-1dimm", seed: int = 0, sla: Any = None) -> dict:
     """Run the sweep's configurations through the simulator in the calibration sweep's
-    order (one simulator per phase, set_threads, settle, measure); {(phase,i,b): (p99, tp)}."""
+    order (one simulator per phase, set_threads, settle, measure; (0, 0) = a no-control
+    run of the phase); returns per_config() of the simulated windows."""
     if isinstance(rows_or_configs, Mapping):
         keys = sorted(rows_or_configs)
     else:
@@ -195,16 +198,28 @@ def simulate_sweep(rows_or_configs, params: Mapping, *, window_s: float, windows
     for (ph, i, b) in keys:
         by_phase.setdefault(ph, []).append((i, b))
     out_rows = []
+
+    def measure(env, ph, i, b, n):
+        for k in range(n):
+            _o, _r, _t, _tr, info = env.step(0)
+            if k >= n - windows:
+                out_rows.append({"phase": ph, "interactive_threads": i, "batch_threads": b,
+                                 "p99_us": info["p99_us"], "throughput": info["throughput"]})
+
     for ph, configs in sorted(by_phase.items()):
+        if (0, 0) in configs:
+            env = SimEnv(ph, window_s=window_s, device=device, params=dict(params), sla=sla, control=False,
+                         max_episode_steps=10**9)
+            env.reset(seed=seed + ph)
+            measure(env, ph, 0, 0, settle_windows + windows)
+        controlled = [c for c in configs if c != (0, 0)]
+        if not controlled:
+            continue
         env = SimEnv(ph, window_s=window_s, device=device, params=dict(params), sla=sla, max_episode_steps=10**9)
-        env.reset(seed=seed + ph, options={"threads": configs[0]})
-        for (i, b) in configs:
+        env.reset(seed=seed + ph, options={"threads": controlled[0]})
+        for (i, b) in controlled:
             env.set_threads(i, b)
-            for k in range(settle_windows + windows):
-                _o, _r, _t, _tr, info = env.step(0)
-                if k >= settle_windows:
-                    out_rows.append({"phase": ph, "interactive_threads": i, "batch_threads": b,
-                                     "p99_us": info["p99_us"], "throughput": info["throughput"]})
+            measure(env, ph, i, b, settle_windows + windows)
     return per_config(out_rows)
 
 
@@ -219,36 +234,48 @@ def compare(real: Mapping, sim: Mapping) -> dict:
         sp = np.array([sim[k][0] for k in keys])
         rt = np.array([real[k][1] for k in keys])
         st = np.array([sim[k][1] for k in keys])
+        if not keys:
+            return {"configs": 0}
         rho = float(spearmanr(rp, sp).statistic) if len(keys) > 2 else float("nan")
         rho_tp = float(spearmanr(rt, st).statistic) if len(keys) > 2 and np.ptp(rt) > 0 and np.ptp(st) > 0 else float("nan")
         return {"configs": len(keys), "spearman_p99": rho, "spearman_throughput": rho_tp,
                 "p99_median_abs_rel_error": float(np.median(np.abs(sp - rp) / np.maximum(rp, 1e-9))),
                 "throughput_median_abs_rel_error": float(np.median(np.abs(st - rt) / np.maximum(rt, 1e-9))),
+                "p99_q90_median_abs_rel_error": float(np.median(
+                    np.abs(np.array([sim[k][2] for k in keys]) - np.array([real[k][2] for k in keys]))
+                    / np.maximum(np.array([real[k][2] for k in keys]), 1e-9))),
                 "real_best": "I{}B{}".format(*keys[int(np.argmin(rp))][1:]),
                 "sim_best": "I{}B{}".format(*keys[int(np.argmin(sp))][1:])}
 
-    keys = sorted(set(real) & set(sim))
+    keys = sorted(k for k in set(real) & set(sim) if k[1:] != (0, 0))
     phases = sorted({k[0] for k in keys})
     per_phase = {str(ph): summary([k for k in keys if k[0] == ph]) for ph in phases}
     overall = summary(keys)
+    nc = sorted(k for k in set(real) & set(sim) if k[1:] == (0, 0))
+    if nc:
+        overall["no_control"] = {str(k[0]): {"real_p99_median": real[k][0], "sim_p99_median": sim[k][0],
+                                             "real_p99_q90": real[k][2], "sim_p99_q90": sim[k][2]} for k in nc}
     overall["spearman_p99_mean_over_phases"] = float(np.mean([v["spearman_p99"] for v in per_phase.values()]))
     return {"overall": overall, "per_phase": per_phase}
 
 
 def _loss(real: Mapping, sim: Mapping) -> float:
+    """Mean over configurations of squared log errors of median p99, 90th-percentile p99
+    and median throughput. No-control runs count as one configuration each: the model's
+    purpose is ranking thread configurations (the agent only acts in controlled mode), and
+    its no-control tail is not captured (see docs/sim.md), so they are reported, not chased."""
     keys = sorted(set(real) & set(sim))
-    e = [math.log(max(sim[k][0], 1.0) / max(real[k][0], 1.0)) ** 2
-         + math.log(max(sim[k][1], 1.0) / max(real[k][1], 1.0)) ** 2 for k in keys]
+    e = [sum(math.log(max(sim[k][j], 1.0) / max(real[k][j], 1.0)) ** 2 for j in (0, 1, 2)) for k in keys]
     return float(np.mean(e))
 
 
 #: Where the fit starts unless told otherwise: the C++ defaults with the CPU-cost jitter
 #: a shared VM shows (p99 of 0.1 s windows is dominated by scheduling noise).
 FIT_START = {"background": 0.05, "client_cpu_us": 10.0, "wake_cpu_us": 20.0, "op_cpu_us": 2.0,
-             "copy_bytes_per_ns": 5.0, "jitter": 1.0}
+             "copy_bytes_per_ns": 5.0, "jitter": 1.0, "quantum_us": 100.0}
 
 _BOUNDS = {"background": (0.0, 0.9), "client_cpu_us": (0.1, 500.0), "wake_cpu_us": (0.1, 500.0),
-           "op_cpu_us": (0.05, 200.0), "copy_bytes_per_ns": (0.2, 50.0), "jitter": (0.0, 2.0)}
+           "op_cpu_us": (0.05, 200.0), "copy_bytes_per_ns": (0.2, 50.0), "jitter": (0.0, 2.0), "quantum_us": (1.0, 20000.0)}
 
 
 def fit(rows: Sequence[Mapping[str, Any]], *, window_s: float, device: str = "optane-1dimm", cores: float = 2.0,
@@ -267,7 +294,9 @@ def fit(rows: Sequence[Mapping[str, Any]], *, window_s: float, device: str = "op
     names = FIT_NAMES
     # Search in a transformed space: logs of positive costs, raw fractions.
     def to_x(p):
-        return np.array([p[n] if n in ("background", "jitter") else math.log(p[n]) for n in names])
+        # Start inside the bounds (a quantum of 0, processor sharing, starts at 1 us).
+        v = {n: min(_BOUNDS[n][1], max(_BOUNDS[n][0], float(p[n]))) for n in names}
+        return np.array([v[n] if n in ("background", "jitter") else math.log(v[n]) for n in names])
 
     def to_p(x):
         p = dict(base)
@@ -332,11 +361,16 @@ def plot_check(real: Mapping, sim: Mapping, path: str, title: str = "") -> None:
     phases = sorted({k[0] for k in real if k in sim})
     fig, axes = plt.subplots(1, len(phases), figsize=(3.6 * len(phases), 3.6), squeeze=False)
     for ax, ph in zip(axes[0], phases):
-        keys = [k for k in real if k[0] == ph and k in sim]
+        keys = [k for k in real if k[0] == ph and k in sim and k[1:] != (0, 0)]
         x = [real[k][0] for k in keys]
         y = [sim[k][0] for k in keys]
         c = [np.log2(k[2]) for k in keys]
         sc = ax.scatter(x, y, c=c, s=14, cmap="viridis")
+        nc = (ph, 0, 0)
+        if nc in real and nc in sim:
+            ax.scatter([real[nc][0]], [sim[nc][0]], marker="x", color="tab:red", s=40, label="no control")
+            ax.legend(fontsize=7)
+            x, y = x + [real[nc][0]], y + [sim[nc][0]]
         lo, hi = min(x + y) * 0.8, max(x + y) * 1.2
         ax.plot([lo, hi], [lo, hi], "k--", lw=0.7)
         ax.set_xscale("log")

@@ -9,6 +9,7 @@
 
 #include "device/device_test_util.h"
 #include "sim/ps_resource.h"
+#include "sim/rr_cpu.h"
 
 namespace nvmw {
 namespace {
@@ -47,6 +48,39 @@ TEST(PsResourceTest, TwoKindsWithCoupledRates) {
   EXPECT_DOUBLE_EQ(ps.NextDeparture(), 100);
   EXPECT_EQ(ps.PopNext(100), 10u);  // kind 1 has done 50, runs at 1 now -> 150
   EXPECT_DOUBLE_EQ(ps.NextDeparture(), 150);
+}
+
+TEST(RoundRobinCpuTest, QuantumInterleavesJobs) {
+  // One core, quantum 10: A (30) and B (10) at 0 -> A 0-10, B 10-20 (done), A 20-40 (done).
+  sim::RoundRobinCpu cpu(1, 10, 1.0);
+  cpu.Add(0, 30, 1);
+  cpu.Add(0, 10, 2);
+  uint64_t done = 0;
+  EXPECT_DOUBLE_EQ(cpu.NextEvent(), 10);
+  EXPECT_FALSE(cpu.Step(10, &done));  // A preempted
+  EXPECT_DOUBLE_EQ(cpu.NextEvent(), 20);
+  EXPECT_TRUE(cpu.Step(20, &done));
+  EXPECT_EQ(done, 2u);
+  EXPECT_DOUBLE_EQ(cpu.NextEvent(), 30);
+  EXPECT_FALSE(cpu.Step(30, &done));  // A alone: slices go on
+  EXPECT_DOUBLE_EQ(cpu.NextEvent(), 40);
+  EXPECT_TRUE(cpu.Step(40, &done));
+  EXPECT_EQ(done, 1u);
+  EXPECT_EQ(cpu.running(), 0);
+}
+
+TEST(RoundRobinCpuTest, CoresRunInParallelAndSpeedScales) {
+  sim::RoundRobinCpu cpu(2, 1000, 0.5);  // half the host is taken by something else
+  cpu.Add(0, 100, 1);
+  cpu.Add(0, 100, 2);
+  cpu.Add(0, 100, 3);  // waits for a core
+  EXPECT_EQ(cpu.running(), 2);
+  EXPECT_EQ(cpu.queued(), 1u);
+  EXPECT_DOUBLE_EQ(cpu.NextEvent(), 200);
+  uint64_t done = 0;
+  EXPECT_TRUE(cpu.Step(200, &done));
+  EXPECT_TRUE(cpu.Step(200, &done));
+  EXPECT_DOUBLE_EQ(cpu.NextEvent(), 400);
 }
 
 SimParams Exact() {
@@ -201,6 +235,44 @@ TEST(SimulatorTest, DeviceStageFollowsTheModel) {
   const double expect_us = model.ServiceTimeNs(DeviceOp::kWrite, 800000 + 16, 0, 1) / 1000.0;
   EXPECT_GT(w.batch.ops, 40u);
   EXPECT_NEAR(w.batch.p50_us, expect_us, expect_us * 0.01);
+}
+
+TEST(SimulatorTest, RoundRobinMakesShortRequestsWaitBehindLongCopies) {
+  // Batch: 20 copies of 1 MB (100 us each at 10 GB/s) at once, 20 workers; interactive:
+  // one tiny request 1 us later. Processor sharing gives it a 1/21 share at once (about
+  // 11 us); first-come first-served makes it wait for the copies ahead; round robin with
+  // a 10 us slice lies between.
+  auto p99 = [](double quantum_us) {
+    SimOptions o;
+    o.params = Exact();
+    o.params.cores = 1;
+    o.params.op_cpu_us = 0.5;
+    o.params.quantum_us = quantum_us;
+    o.interactive_threads = 1;
+    o.batch_threads = 20;
+    o.window_s = 0.01;
+    auto sim = Make(o);
+    SimClassWorkload b;
+    for (int k = 0; k < 20; k++) {
+      b.times_us.push_back(0);
+      b.writes.push_back(1);
+      b.bytes.push_back(1000000);
+    }
+    b.clients = 20;
+    EXPECT_TRUE(sim->SetWorkload(Paced(1, 1e6, 8, false, 1), b, 0).ok());
+    SimClassWorkload i = Paced(1, 1e6, 8, false, 1);
+    i.times_us = {1.0};
+    EXPECT_TRUE(sim->SetWorkload(i, b, 0).ok());
+    WindowStats w;
+    EXPECT_TRUE(sim->RunWindow(&w).ok());
+    EXPECT_EQ(w.interactive.ops, 1u);
+    return w.interactive.p99_us;
+  };
+  const double ps = p99(0), fcfs = p99(1e6), rr = p99(10);
+  EXPECT_LT(ps, 20);
+  EXPECT_GT(fcfs, 1500);  // behind ~19 of the 100 us copies on one core
+  EXPECT_GT(rr, ps);
+  EXPECT_LT(rr, fcfs);
 }
 
 TEST(SimulatorTest, SameSeedSameRunOtherSeedOtherRun) {
