@@ -13,5 +13,5 @@ common=(--env sim --window 0.1 --device optane-1dimm --sla calibrated-optane-1di
 python3 -m nvmw collect "${common[@]}" --episodes 150 --steps 200 --seed 0 --out "$work/transitions.npz"
 python3 -m nvmw tune "$work/transitions.npz" --quick --n-jobs 2 --seed 0 --out "$out/qlearning-optane-1dimm.tuned.json"
 python3 -m nvmw train "${common[@]}" --transitions "$work/transitions.npz" \
-  --tuned "$out/qlearning-optane-1dimm.tuned.json" --episodes "${NVMW_TRAIN_EPISODES:-100}" --rounds 3 --seed 0 \
+  --tuned "$out/qlearning-optane-1dimm.tuned.json" --episodes "${NVMW_TRAIN_EPISODES:-20}" --fqi-iterations 10 --seed 0 \
   --out "$out/qlearning-optane-1dimm.joblib" --curve "$work/learning-curve.png"

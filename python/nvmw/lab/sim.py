@@ -353,6 +353,7 @@ def save_params(result: Mapping, path: str) -> None:
 def plot_check(real: Mapping, sim: Mapping, path: str, title: str = "") -> None:
     """Real vs simulated median p99 per configuration, one panel per phase (log-log)."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -375,6 +376,8 @@ def plot_check(real: Mapping, sim: Mapping, path: str, title: str = "") -> None:
         ax.plot([lo, hi], [lo, hi], "k--", lw=0.7)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel("real p99 (us)")
         ax.set_ylabel("simulated p99 (us)")
         r = rep["per_phase"][str(ph)]
