@@ -142,7 +142,18 @@ class Parser {
     trace->records.reserve(rows_.size());
     trace->origin_unix_ms = 0;
     if (options_.format == TraceFormat::kAzure && !rows_.empty()) {
-      int64_t origin = rows_.front().time;
+      const int64_t origin = rows_.front().time;
+      // Offsets are kept in us: refuse a span whose us do not fit in 64 bits (about
+      // 292,000 years; only a corrupt timestamp gets there) instead of overflowing.
+      const int64_t last = rows_.back().time;
+      int64_t span_ms = 0, span_us = 0;
+      if (__builtin_sub_overflow(last, origin, &span_ms) ||
+          __builtin_mul_overflow(span_ms, int64_t{1000}, &span_us)) {
+        rows_.clear();
+        return Status::InvalidArgument(name_ + ": timestamps from " + std::to_string(origin) + " to " +
+                                       std::to_string(last) +
+                                       " ms are too far apart for a trace (a corrupt Timestamp column?)");
+      }
       trace->origin_unix_ms = origin;
       for (Timed& r : rows_) {
         r.record.time_us = (r.time - origin) * 1000;

@@ -80,6 +80,19 @@ TEST(AzureReader, BadHeaderFailsOnLineOne) {
   EXPECT_TRUE(ParseTrace("a,b\n", Azure(true), &t).IsInvalidArgument());
 }
 
+TEST(AzureReader, AbsurdTimestampSpanIsAnErrorNotAnOverflow) {
+  // Found by the fuzzer: a 19-digit timestamp next to a normal one overflowed the
+  // microsecond offsets (signed overflow, undefined behaviour).
+  std::string text = std::string(kHeader) +
+      "1951160521257705234,6ex,775920313,9gti3olh,1565080819,jfvf7k9kwiiq7gdx,BlockBlob/,kq2su6bhi0,30.0,True,False\n"
+      "1606092900138,6ex,775920313,9gti3olh,1565080820,aaaaaaaaaaaaaaaa,BlockBlob/,kq2su6bhi1,30.0,True,False\n";
+  Trace t;
+  Status s = ParseTrace(text, Azure(), &t);
+  ASSERT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.message().find("too far apart"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().rfind("trace.csv", 0), 0u) << s.message();
+}
+
 TEST(AzureReader, MalformedRowsNameTheirLine) {
   const std::string good =
       "1606092900138,6ex,775920313,9gti3olh,1565080819,jfvf7k9kwiiq7gdx,BlockBlob/,kq2su6bhi0,30.0,True,False\n";
