@@ -119,3 +119,18 @@ def test_real_env_no_control_mode():
         assert info["control"] is False and info["stats"]["all"]["ops"] > 0
     finally:
         env.close()
+
+
+def test_real_env_pause_stops_the_workload_and_switch_resumes(real_env):
+    real_env.reset(seed=1, options={"threads": (3, 2)})
+    real_env.step(0)
+    real_env.pause()
+    assert real_env.workload is None
+    # While paused no request arrives: a window closes empty.
+    seq = real_env.mw.get_stats()["seq"]
+    idle = real_env.mw.wait_for_window(real_env.mw.wait_for_window(seq, 5.0)["seq"], 5.0)
+    assert idle["all"]["ops"] == 0
+    real_env.switch_phase(4)  # restarts the workload, skips the windows closed while paused
+    _, _, _, _, info = real_env.step(0)
+    assert info["phase"] == 4 and real_env.threads == (3, 2)
+    assert info["stats"]["all"]["ops"] > 0 and info["stats"]["seq"] > idle["seq"]

@@ -83,7 +83,7 @@ def test_no_control_reports_zero_threads():
     env = SimEnv(2, window_s=0.1, control=False, max_episode_steps=5)
     env.reset(seed=0)
     obs, _r, _t, _tr, info = env.step(0)
-    assert obs[0] == 0 and obs[1] == 0 and info["throughput"] > 3000
+    assert obs[0] == 0 and obs[1] == 0 and info["threads"] == [0, 0] and info["throughput"] > 3000
 
 
 def test_parameters_bad_input():

@@ -146,7 +146,8 @@ class ControlEnv(gym.Env):
             "throughput": float(tp),
             "offered_ops_per_s": float(self._offered_ops_per_s()),
             "phase": self.phase,
-            "threads": list(self._threads),
+            # No-control has no pools: report 0 workers (as the observation does).
+            "threads": list(self._threads) if self.control else [0, 0],
             "window_s": self.window_s,
             "sla_latency_met": bool(self.sla.latency_met(p99)),
             "sla_throughput_met": bool(self.sla.throughput_met(tp)),
