@@ -175,20 +175,20 @@ class SimEnv(ControlEnv):
 def per_config(rows: Sequence[Mapping[str, Any]]) -> dict:
     """{(phase, i, b): (median p99_us, median throughput, 90th-percentile p99_us)} of sweep
     rows (one row per window). (i, b) = (0, 0) is the no-control baseline."""
-    acc: dict = {}
-    for r in rows:
-        key = (int(r["phase"]), int(r["interactive_threads"]), int(r["batch_threads"]))
-        lat, tp = acc.setdefault(key, ([], []))
-        lat.append(float(r["p99_us"]))
-        tp.append(float(r["throughput"]))
-    return {k: (float(np.median(l)), float(np.median(t)), float(np.quantile(l, 0.9))) for k, (l, t) in acc.items()}
+    from nvmw.rl.calibration import windows_by_config
+
+    return {(ph, i, b): (float(np.median(l)), float(np.median(t)), float(np.quantile(l, 0.9)))
+            for ph, d in windows_by_config(rows).items() for (i, b), (l, t) in d.items()}
 
 
 def simulate_sweep(rows_or_configs, params: Mapping, *, window_s: float, windows: int = 4, settle_windows: int = 1,
                    device: str = "optane-1dimm", seed: int = 0, sla: Any = None) -> dict:
-    """Run the sweep's configurations through the simulator in the calibration sweep's
-    order (one simulator per phase, set_threads, settle, measure; (0, 0) = a no-control
-    run of the phase); returns per_config() of the simulated windows."""
+    """Run the sweep's configurations through the simulator as the calibration sweep runs
+    them (`nvmw.rl.calibration.sweep_env`: one simulator per phase, set_threads, settle,
+    measure; (0, 0) = a no-control run of the phase); returns per_config() of the
+    simulated windows."""
+    from nvmw.rl.calibration import sweep_env
+
     if isinstance(rows_or_configs, Mapping):
         keys = sorted(rows_or_configs)
     else:
@@ -197,29 +197,22 @@ def simulate_sweep(rows_or_configs, params: Mapping, *, window_s: float, windows
     by_phase: dict = {}
     for (ph, i, b) in keys:
         by_phase.setdefault(ph, []).append((i, b))
-    out_rows = []
-
-    def measure(env, ph, i, b, n):
-        for k in range(n):
-            _o, _r, _t, _tr, info = env.step(0)
-            if k >= n - windows:
-                out_rows.append({"phase": ph, "interactive_threads": i, "batch_threads": b,
-                                 "p99_us": info["p99_us"], "throughput": info["throughput"]})
-
+    out_rows: list[dict] = []
     for ph, configs in sorted(by_phase.items()):
         if (0, 0) in configs:
             env = SimEnv(ph, window_s=window_s, device=device, params=dict(params), sla=sla, control=False,
                          max_episode_steps=10**9)
             env.reset(seed=seed + ph)
-            measure(env, ph, 0, 0, settle_windows + windows)
+            for k in range(settle_windows + windows):
+                info = env.step(0)[4]
+                if k >= settle_windows:
+                    out_rows.append({"phase": ph, "interactive_threads": 0, "batch_threads": 0,
+                                     "p99_us": info["p99_us"], "throughput": info["throughput"]})
         controlled = [c for c in configs if c != (0, 0)]
-        if not controlled:
-            continue
-        env = SimEnv(ph, window_s=window_s, device=device, params=dict(params), sla=sla, max_episode_steps=10**9)
-        env.reset(seed=seed + ph, options={"threads": controlled[0]})
-        for (i, b) in controlled:
-            env.set_threads(i, b)
-            measure(env, ph, i, b, settle_windows + windows)
+        if controlled:
+            env = SimEnv(ph, window_s=window_s, device=device, params=dict(params), sla=sla, max_episode_steps=10**9)
+            out_rows += sweep_env(env, phases=(ph,), configs=controlled, windows=windows,
+                                  settle_windows=settle_windows, seed=seed)
     return per_config(out_rows)
 
 

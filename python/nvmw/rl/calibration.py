@@ -15,12 +15,14 @@ DEFAULT_GRID = (1, 2, 4, 8, 16, 32)
 
 
 def sweep_env(env: ControlEnv, *, phases: Sequence[int] = (1, 2, 3, 4), grid: Sequence[int] = DEFAULT_GRID,
-              windows: int = 5, settle_windows: int = 1, seed: int = 0, progress: bool = False) -> list[dict]:
-    """Every (interactive, batch) pair of `grid` in every phase, `windows` windows each
-    (after `settle_windows` discarded). One row per window: phase, interactive_threads,
-    batch_threads, p99_us (interactive), p99_all_us, throughput (all), offered_ops_per_s."""
+              windows: int = 5, settle_windows: int = 1, seed: int = 0, progress: bool = False,
+              configs: Sequence[tuple[int, int]] | None = None) -> list[dict]:
+    """Every (interactive, batch) pair of `grid` (or the given `configs`, in order) in every
+    phase, `windows` windows each (after `settle_windows` discarded). One row per window:
+    phase, interactive_threads, batch_threads, p99_us (interactive), p99_all_us,
+    throughput (all), offered_ops_per_s."""
     rows: list[dict] = []
-    configs = list(itertools.product(grid, grid))
+    configs = list(configs) if configs is not None else list(itertools.product(grid, grid))
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -45,7 +47,8 @@ def sweep_env(env: ControlEnv, *, phases: Sequence[int] = (1, 2, 3, 4), grid: Se
     return rows
 
 
-def _windows(rows: Sequence[Mapping[str, Any]]) -> dict[int, dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]]:
+def windows_by_config(rows: Sequence[Mapping[str, Any]]) -> dict[int, dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]]:
+    """{phase: {(i, b): (window p99s, window throughputs)}} of sweep rows."""
     acc: dict[int, dict[tuple[int, int], tuple[list, list]]] = {}
     for r in rows:
         d = acc.setdefault(int(r["phase"]), {})
@@ -84,7 +87,7 @@ def derive_spec(rows: Sequence[Mapping[str, Any]], *, rule: str = "attain", atta
         raise ValueError("quantile must be in (0, 1)")
     if not 0 < attain < 1:
         raise ValueError("attain must be in (0, 1)")
-    win = _windows(rows)
+    win = windows_by_config(rows)
     if not win:
         raise ValueError("empty sweep")
     per = {ph: {c: (float(np.median(l)), float(np.median(t))) for c, (l, t) in d.items()} for ph, d in win.items()}
