@@ -1,0 +1,237 @@
+// The middleware's internal state (Middleware::Impl) shared by its source files, one per
+// role: middleware.cc (lifecycle and options), middleware_admission.cc (validation,
+// classification, admission gate, enqueue, sync completion, no-control path),
+// middleware_pools.cc (worker loop, parking and wake-up, resize, retire) and
+// middleware_monitor.cc (monitor thread, window close, load sampling).
+// docs/middleware.md explains the protocols.
+#ifndef NVMW_MIDDLEWARE_MIDDLEWARE_IMPL_H_
+#define NVMW_MIDDLEWARE_MIDDLEWARE_IMPL_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <semaphore>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "middleware/bounded_queue.h"
+#include "middleware/window_stats.h"
+#include "nvmw/middleware.h"
+
+namespace nvmw {
+
+inline constexpr int kClasses = 2;
+inline constexpr int kMaxThreadsLimit = 1024;
+inline constexpr int kMaxInflightLimit = 1 << 20;
+inline constexpr int kCallerStripes = 16;  // stats shards of no-control caller threads
+
+inline const char* ClassName(int cls) { return cls == 0 ? "interactive" : "batch"; }
+
+// Completion state of a task; a synchronous caller waits on it.
+inline constexpr uint32_t kPending = 0;  // not finished, caller not parked
+inline constexpr uint32_t kDone = 1;     // finished; the worker never touches the task again
+inline constexpr uint32_t kParked = 2;   // not finished, caller is (about to be) asleep
+
+// Sleep state of a worker slot.
+inline constexpr uint32_t kRunning = 0;
+inline constexpr uint32_t kAsleep = 1;
+inline constexpr uint32_t kNotified = 2;
+
+// One request travelling through a queue. Sync calls keep it on the caller's stack and
+// point into the caller's key/value (the caller blocks, so the views stay valid); async
+// calls allocate an AsyncTask that owns its strings and the completion.
+struct Task {
+  OpType op = OpType::kGet;
+  RequestClass cls = RequestClass::kInteractive;
+  bool async = false;
+  std::string_view key;
+  std::string_view value;
+  int64_t submit_ns = 0;
+  std::string* get_out = nullptr;  // sync Get only
+  Status status;                   // sync only: written by the worker before kDone
+  std::atomic<uint32_t> state{kPending};
+};
+
+struct AsyncTask : Task {
+  Request request;
+  Completion done;
+};
+
+// Runs one engine operation; `bytes` receives the value bytes moved. Engine exceptions
+// become a Status.
+Status ExecuteOp(Engine* db, OpType op, std::string_view key, std::string_view value,
+                 std::string* out, uint64_t* bytes);
+
+inline bool IsError(const Status& s) { return !s.ok() && !s.IsNotFound(); }
+
+// One class's queue and worker pool.
+struct Pool {
+  Pool(size_t capacity, int max_threads) : queue(capacity), slots(max_threads) {}
+
+  BoundedQueue<Task> queue;
+  // Target size. Workers in slots >= target retire after their current request.
+  std::atomic<int> target{0};
+  // Workers asleep and not yet claimed by a waker. Producers read it after publishing an
+  // item and wake someone only when it is non-zero, so a busy pool pays no wake-up cost,
+  // and a worker being woken no longer attracts redundant wake-ups (it was un-counted
+  // by whoever claimed it).
+  alignas(64) std::atomic<int> parked{0};
+
+  struct Slot {
+    std::thread thread;       // guarded by Impl::ctl_mu (until Stop closes the pools)
+    bool alive = false;       // guarded by Impl::ctl_mu
+    StatsShard* shard = nullptr;  // created once, then stable
+    // The worker's futex word: kRunning, kAsleep, kNotified. Whoever moves it out of
+    // kAsleep (a waker, or the worker itself on finding work) decrements `parked`.
+    alignas(64) std::atomic<uint32_t> sleep{0};
+  };
+  std::vector<Slot> slots;
+};
+
+struct Middleware::Impl {
+  explicit Impl(const MiddlewareOptions& o);
+  ~Impl();
+
+  static constexpr size_t kFreeTasks = 1024;
+  static constexpr size_t kKeepStringBytes = 1024;  // larger buffers are released
+
+  const MiddlewareOptions options;
+  int cores = 1;
+  Engine* db = nullptr;
+
+  std::mutex lifecycle_mu;          // serializes Start/Stop
+  std::atomic<bool> started{false};  // pools/shards exist (set once)
+  std::atomic<bool> accepting{false};
+  std::atomic<int> submitting{0};    // callers between the accept check and enqueue
+  std::atomic<bool> stopping{false}; // all submissions finished; workers drain and exit
+  bool stopped = false;              // guarded by lifecycle_mu
+
+  std::unique_ptr<Pool> pools[kClasses];
+  std::mutex ctl_mu;         // resizes, worker exit decisions, slot threads
+  bool pools_closed = false;  // guarded by ctl_mu: Stop owns the threads now
+
+  // Threads known to be running (not parked) inside the middleware: workers, and sync
+  // callers that are spinning. Used only to decide whether spinning can help.
+  std::atomic<int> running_workers{0};
+  std::atomic<int> spinners{0};
+  // Runnable threads on the machine that are not ours (other processes, and our
+  // callers while they run their own code), from /proc/loadavg, sampled by the
+  // monitor; the minimum of the last three samples, so a passing blip does not count.
+  // A spinner that would have to share a core with them only delays the thread it
+  // waits for.
+  std::atomic<int> other_runnable{0};
+  int other_samples[3] = {0, 0, 0};  // monitor thread only
+  uint64_t other_sample_count = 0;   // monitor thread only
+
+  std::mutex shards_mu;  // guards shards (the shards themselves have their own mutex)
+  std::vector<std::unique_ptr<StatsShard>> shards;
+  std::vector<StatsShard*> caller_stripes;  // no-control mode, fixed after Start
+  std::atomic<uint64_t> rejected[kClasses] = {};
+
+  // Finished async tasks kept for reuse: a task is allocated by the submitter and
+  // finished by a worker, and recycling it avoids a cross-thread malloc/free pair per
+  // request (allocator arena lock traffic between the two threads).
+  std::unique_ptr<BoundedQueue<AsyncTask>> free_tasks;
+
+  // No-control mode.
+  std::unique_ptr<std::counting_semaphore<kMaxInflightLimit>> inflight;
+  std::atomic<uint64_t> waiting[kClasses] = {};  // callers blocked on the semaphore
+
+  // Monitor.
+  int64_t start_ns = 0;
+  std::thread monitor;
+  mutable std::mutex mon_mu;
+  std::condition_variable mon_cv;     // wakes the monitor for Stop
+  std::condition_variable window_cv;  // wakes WaitForWindow callers
+  bool mon_stop = false;              // guarded by mon_mu
+  bool mon_running = false;           // guarded by mon_mu
+  WindowStats last;                   // guarded by mon_mu
+  // Queue samples of the open window (monitor thread only).
+  double queue_sample_sum[kClasses] = {0, 0};
+  uint64_t queue_samples = 0;
+
+  // ---- validation and classification (middleware_admission.cc) ----
+  static bool ValidClass(RequestClass c) {
+    return c == RequestClass::kInteractive || c == RequestClass::kBatch ||
+           c == RequestClass::kAuto;
+  }
+  static bool ValidOp(OpType op) {
+    return op == OpType::kGet || op == OpType::kPut || op == OpType::kRemove;
+  }
+  RequestClass Resolve(OpType op, size_t value_bytes, RequestClass hint) const;
+  Status Validate(OpType op, size_t value_bytes, RequestClass hint) const;
+
+  // ---- admission gate (Stop waits for callers inside it) ----
+  struct Gate {
+    explicit Gate(Impl* impl) : impl_(impl) {
+      impl_->submitting.fetch_add(1, std::memory_order_seq_cst);
+      open = impl_->accepting.load(std::memory_order_seq_cst);
+    }
+    ~Gate() { impl_->submitting.fetch_sub(1, std::memory_order_release); }
+    Impl* impl_;
+    bool open;
+  };
+
+  // ---- spinning policy ----
+  // A waiter spins only while the threads busy inside the middleware leave it a core.
+  bool CallerMaySpin() const {
+    if (options.spin_ns <= 0) return false;
+    return running_workers.load(std::memory_order_relaxed) +
+               spinners.load(std::memory_order_relaxed) +
+               other_runnable.load(std::memory_order_relaxed) <
+           cores;
+  }
+  // An idle worker counts itself among running_workers.
+  bool WorkerMaySpin() const {
+    if (options.spin_ns <= 0) return false;
+    return running_workers.load(std::memory_order_relaxed) +
+               spinners.load(std::memory_order_relaxed) +
+               other_runnable.load(std::memory_order_relaxed) <=
+           cores;
+  }
+
+  // ---- async task pool, enqueue, sync completion, front door (middleware_admission.cc) ----
+  AsyncTask* NewAsyncTask();
+  void RecycleAsyncTask(AsyncTask* t);
+  Status Enqueue(Task* t);
+  static void CompleteSync(Task* t, Status status);
+  void WaitSync(Task* t);
+  StatsShard* CallerStripe();
+  Status RunInline(OpType op, RequestClass cls, std::string_view key, std::string_view value,
+                   std::string* out, int64_t submit_ns);
+  Status SyncCall(OpType op, std::string_view key, std::string_view value, std::string* out,
+                  RequestClass hint);
+  Status Submit(Request&& request, Completion&& done);
+
+  // ---- workers and pools (middleware_pools.cc) ----
+  static void WakeOne(Pool& p);
+  static void WakeAll(Pool& p);
+  void RunTask(Task* t, StatsShard* shard);
+  bool TryRetire(Pool& p, int slot, bool force);
+  void WorkerMain(Pool* pool, int slot, StatsShard* shard);
+  void Park(Pool& p, int slot);
+  StatsShard* NewShard();
+  Status ResizeLocked(int cls, int n);
+  Status Resize(const int delta_or_size[2], bool absolute);
+
+  // ---- monitor (middleware_monitor.cc) ----
+  uint64_t QueueLen(int c) const;
+  int Threads(int c) const;
+  void SampleQueues();
+  void CloseWindow(int64_t window_start_ns, int64_t now_ns);
+  void MonitorMain();
+
+  // ---- lifecycle (middleware.cc) ----
+  Status CheckOptions() const;
+  Status Start(Engine* engine, int interactive_threads, int batch_threads);
+  Status Stop();
+  Status StopLocked();
+};
+
+}  // namespace nvmw
+
+#endif  // NVMW_MIDDLEWARE_MIDDLEWARE_IMPL_H_

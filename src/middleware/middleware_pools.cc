@@ -1,0 +1,227 @@
+// Worker side of the middleware: the worker loop, parking and wake-up, retiring, and
+// resizing the pools while requests flow (PerformAction / SetThreads).
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "middleware/middleware_impl.h"
+#include "util/clock.h"
+#include "util/spin.h"
+
+namespace nvmw {
+
+// Claims one sleeping worker (kAsleep -> kNotified) and wakes it. Slots are few
+// (<= max_threads) and this runs only when `parked` says someone sleeps.
+void Middleware::Impl::WakeOne(Pool& p) {
+  for (Pool::Slot& slot : p.slots) {
+    uint32_t expected = kAsleep;
+    if (slot.sleep.load(std::memory_order_relaxed) == kAsleep &&
+        slot.sleep.compare_exchange_strong(expected, kNotified, std::memory_order_seq_cst)) {
+      p.parked.fetch_sub(1, std::memory_order_seq_cst);
+      slot.sleep.notify_one();
+      return;
+    }
+  }
+}
+
+// Wakes every sleeping worker (resize, stop, retiring worker handing over work).
+void Middleware::Impl::WakeAll(Pool& p) {
+  for (Pool::Slot& slot : p.slots) {
+    uint32_t expected = kAsleep;
+    if (slot.sleep.compare_exchange_strong(expected, kNotified, std::memory_order_seq_cst)) {
+      p.parked.fetch_sub(1, std::memory_order_seq_cst);
+      slot.sleep.notify_one();
+    }
+  }
+}
+
+void Middleware::Impl::RunTask(Task* t, StatsShard* shard) {
+  uint64_t bytes = 0;
+  if (t->async) {
+    auto* at = static_cast<AsyncTask*>(t);
+    std::string value;
+    Status s = ExecuteOp(db, t->op, t->key, t->value, &value, &bytes);
+    shard->Record(t->cls, static_cast<uint64_t>(std::max<int64_t>(0, NowNs() - t->submit_ns)),
+                  bytes, t->op != OpType::kGet, IsError(s));
+    if (!s.ok()) value.clear();
+    try {
+      at->done(s, std::move(value));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "nvmw: completion threw (ignored): %s\n", e.what());
+    } catch (...) {
+      std::fprintf(stderr, "nvmw: completion threw (ignored)\n");
+    }
+    RecycleAsyncTask(at);
+    return;
+  }
+  Status s = ExecuteOp(db, t->op, t->key, t->value, t->get_out, &bytes);
+  shard->Record(t->cls, static_cast<uint64_t>(std::max<int64_t>(0, NowNs() - t->submit_ns)),
+                bytes, t->op != OpType::kGet, IsError(s));
+  CompleteSync(t, std::move(s));
+}
+
+// Called by a worker whose slot is at or above the target. Decides under ctl_mu so
+// that a concurrent grow either sees the slot dead (and restarts it) or keeps it.
+bool Middleware::Impl::TryRetire(Pool& p, int slot, bool force) {
+  std::lock_guard<std::mutex> lock(ctl_mu);
+  if (!force && slot < p.target.load(std::memory_order_relaxed)) return false;
+  p.slots[slot].alive = false;
+  running_workers.fetch_sub(1, std::memory_order_relaxed);
+  // A wake-up may have been aimed at this worker; pass it on if work is waiting.
+  if (!p.queue.LooksEmpty()) WakeAll(p);
+  return true;
+}
+
+void Middleware::Impl::WorkerMain(Pool* pool, int slot, StatsShard* shard) {
+  Pool& p = *pool;
+  if (pool == pools[static_cast<int>(RequestClass::kBatch)].get() && options.batch_nice > 0) {
+    // Per-thread on Linux: PRIO_PROCESS with a thread id. Best effort; failure only
+    // means batch keeps the caller's priority.
+    // Relative to the niceness inherited from the starting thread, so it never asks
+    // for more priority than the caller had (that would need privilege).
+    const id_t tid = static_cast<id_t>(::syscall(SYS_gettid));
+    errno = 0;
+    const int inherited = ::getpriority(PRIO_PROCESS, tid);
+    if (errno == 0) {
+      (void)::setpriority(PRIO_PROCESS, tid, std::min(19, inherited + options.batch_nice));
+    }
+  }
+  for (;;) {
+    if (slot >= p.target.load(std::memory_order_relaxed) && TryRetire(p, slot, false)) return;
+    // Read `stopping` before popping: once it is set every submission has been
+    // published, so a failed pop afterwards means the queue is really drained.
+    const bool stop = stopping.load(std::memory_order_acquire);
+    Task* t = nullptr;
+    if (p.queue.TryPop(&t)) {
+      RunTask(t, shard);
+      continue;
+    }
+    if (stop) {
+      TryRetire(p, slot, true);
+      return;
+    }
+    if (WorkerMaySpin()) {
+      const int64_t deadline = NowNs() + options.spin_ns;
+      bool ready = false;
+      for (uint32_t i = 1;; ++i) {
+        if (!p.queue.LooksEmpty() || stopping.load(std::memory_order_relaxed) ||
+            slot >= p.target.load(std::memory_order_relaxed)) {
+          ready = true;
+          break;
+        }
+        CpuRelax();
+        if ((i & 63) == 0 && NowNs() >= deadline) break;
+      }
+      if (ready) continue;
+    }
+    Park(p, slot);
+  }
+}
+
+void Middleware::Impl::Park(Pool& p, int slot) {
+  std::atomic<uint32_t>& sleep = p.slots[slot].sleep;
+  sleep.store(kAsleep, std::memory_order_seq_cst);
+  p.parked.fetch_add(1, std::memory_order_seq_cst);
+  running_workers.fetch_sub(1, std::memory_order_relaxed);
+  if (!p.queue.LooksEmpty() || slot >= p.target.load(std::memory_order_seq_cst) ||
+      stopping.load(std::memory_order_seq_cst)) {
+    // Work (or a reason to exit) arrived meanwhile: un-park ourselves unless a waker
+    // already claimed us (then it did the decrement).
+    uint32_t expected = kAsleep;
+    if (sleep.compare_exchange_strong(expected, kRunning, std::memory_order_seq_cst)) {
+      p.parked.fetch_sub(1, std::memory_order_seq_cst);
+    }
+  } else {
+    while (sleep.load(std::memory_order_seq_cst) == kAsleep) {
+      sleep.wait(kAsleep, std::memory_order_seq_cst);
+    }
+  }
+  sleep.store(kRunning, std::memory_order_relaxed);
+  running_workers.fetch_add(1, std::memory_order_relaxed);
+}
+
+StatsShard* Middleware::Impl::NewShard() {
+  std::lock_guard<std::mutex> lock(shards_mu);
+  shards.push_back(std::make_unique<StatsShard>());
+  return shards.back().get();
+}
+
+// Sets a pool's target and starts workers for dead slots below it. ctl_mu held.
+Status Middleware::Impl::ResizeLocked(int cls, int n) {
+  Pool& p = *pools[cls];
+  const int old = p.target.load(std::memory_order_relaxed);
+  p.target.store(n, std::memory_order_seq_cst);
+  for (int s = 0; s < n; ++s) {
+    Pool::Slot& slot = p.slots[s];
+    if (slot.alive) continue;
+    // A dead slot's thread has decided to exit under ctl_mu and only returns now.
+    if (slot.thread.joinable()) slot.thread.join();
+    if (slot.shard == nullptr) slot.shard = NewShard();
+    running_workers.fetch_add(1, std::memory_order_relaxed);
+    try {
+      slot.thread = std::thread(&Impl::WorkerMain, this, &p, s, slot.shard);
+    } catch (const std::system_error& e) {
+      running_workers.fetch_sub(1, std::memory_order_relaxed);
+      p.target.store(std::max(s, 1), std::memory_order_seq_cst);
+      return Status::IOError(std::string("cannot start ") + ClassName(cls) +
+                             " worker: " + e.what());
+    }
+    slot.alive = true;
+  }
+  if (n < old) WakeAll(p);  // parked workers above the target must wake to retire
+  return Status::OK();
+}
+
+Status Middleware::Impl::Resize(const int delta_or_size[2], bool absolute) {
+  if (!started.load(std::memory_order_acquire) || !accepting.load(std::memory_order_acquire)) {
+    return Status::Shutdown("middleware is not running");
+  }
+  if (!options.control) return Status::OK();  // no pools: nothing to resize
+  std::lock_guard<std::mutex> lock(ctl_mu);
+  if (pools_closed) return Status::Shutdown("middleware is stopping");
+  for (int c = 0; c < kClasses; ++c) {
+    const int current = pools[c]->target.load(std::memory_order_relaxed);
+    const int n = absolute ? delta_or_size[c]
+                           : std::clamp(current + delta_or_size[c], 1, options.max_threads);
+    if (n == current) continue;
+    Status s = ResizeLocked(c, n);
+    if (!s.ok()) return s;
+  }
+  return Status::OK();
+}
+
+// ---- public entry points of this role ----
+
+Status Middleware::PerformAction(int action) {
+  if (action < 0 || action >= kNumActions) {
+    return Status::InvalidArgument("action must be in [0, 8], got " + std::to_string(action));
+  }
+  const int delta[kClasses] = {kActionDeltas[action][0], kActionDeltas[action][1]};
+  return impl_->Resize(delta, false);
+}
+
+Status Middleware::SetThreads(int interactive, int batch) {
+  const int max = impl_->options.max_threads;
+  if (interactive < 1 || interactive > max || batch < 1 || batch > max) {
+    return Status::InvalidArgument("thread counts must be in [1, " + std::to_string(max) +
+                                   "], got (" + std::to_string(interactive) + ", " +
+                                   std::to_string(batch) + ")");
+  }
+  const int sizes[kClasses] = {interactive, batch};
+  return impl_->Resize(sizes, true);
+}
+
+void Middleware::GetThreads(int* interactive, int* batch) const {
+  if (interactive != nullptr) *interactive = impl_->Threads(0);
+  if (batch != nullptr) *batch = impl_->Threads(1);
+}
+
+}  // namespace nvmw
