@@ -182,9 +182,9 @@ def relative_links(markdown: str) -> list[tuple[int, str]]:
             if not re.match(r"^[a-z][a-z0-9+.-]*:", t, re.I)]  # http:, mailto:, ...
 
 
-def dead_links(md_path: Path) -> list[str]:
+def dead_links(md_path: Path, root: Path = ROOT) -> list[str]:
     markdown = md_path.read_text(encoding="utf-8")
-    rel_md = md_path.relative_to(ROOT)
+    rel_md = md_path.relative_to(root)
     problems = []
     for line, target in relative_links(markdown):
         path_part, _, anchor = target.partition("#")
@@ -193,15 +193,15 @@ def dead_links(md_path: Path) -> list[str]:
         else:
             dest = md_path.resolve()  # #anchor within the page
         where = f"{rel_md}:{line}: ({target})"
-        if dest != ROOT and ROOT not in dest.parents:
+        if dest != root and root not in dest.parents:
             problems.append(f"{where} points outside the repository")
             continue
         if not dest.exists():
-            problems.append(f"{where} -> {dest.relative_to(ROOT)} does not exist")
+            problems.append(f"{where} -> {dest.relative_to(root)} does not exist")
             continue
         if anchor and dest.suffix == ".md" and dest.is_file():
             if anchor.lower() not in anchors_of(dest.read_text(encoding="utf-8")):
-                problems.append(f"{where} -> no heading #{anchor} in {dest.relative_to(ROOT)}")
+                problems.append(f"{where} -> no heading #{anchor} in {dest.relative_to(root)}")
     return problems
 
 
@@ -261,6 +261,16 @@ def test_link_checker_finds_dead_links(tmp_path):
     assert {"title", "a-code-heading"} <= anchors_of(md)
     assert "nowhere" not in anchors_of(md)
 
+    root = tmp_path.resolve()
+    (root / "docs").mkdir()
+    (root / "docs" / "page.md").write_text(md + "\n[up](../README.md) [out](../../x.md)\n"
+                                           "[there](other.md#a-part) [not there](other.md#b)\n")
+    (root / "docs" / "other.md").write_text("# Other\n\n## A part\n")
+    (root / "README.md").write_text("# R\n")
+    problems = dead_links(root / "docs" / "page.md", root)
+    assert [p.split(": ")[1].split(" ")[0] for p in problems] == [
+        "(missing.md)", "(gone.png)", "(#nowhere)", "(../../x.md)", "(other.md#b)"], problems
+
 
 # --- the repository -----------------------------------------------------------------------
 
@@ -268,6 +278,15 @@ def test_repository_text_files_are_found():
     files = {str(p.relative_to(ROOT)) for p in repo_text_files()}
     assert "README.md" in files and "CMakeLists.txt" in files
     assert any(f.startswith("docs/") for f in files)
+    assert str(THIS.relative_to(ROOT)) not in files
+
+
+def test_tree_walk_fallback_finds_the_docs(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)  # as if git were not installed
+    files = {str(p.relative_to(ROOT)) for p in repo_text_files()}
+    assert {"README.md", "CMakeLists.txt"} <= files
+    assert {str(p.relative_to(ROOT)) for p in doc_pages()} <= files
+    assert not any(f.startswith(("build/", ".git/")) for f in files)
     assert str(THIS.relative_to(ROOT)) not in files
 
 
