@@ -1,6 +1,8 @@
 // Per-window statistics plumbing of the middleware: the accumulators that recording
 // threads fill (one shard per worker, or per stripe of caller threads) and the code that
-// turns merged accumulators into the public ClassStats when a window closes.
+// turns merged accumulators into the public ClassStats when a window closes. The
+// simulator (src/sim) records into the same ClassAccum and closes its windows with the
+// same MakeClassStats, so both report identical numbers for identical samples.
 #ifndef NVMW_MIDDLEWARE_WINDOW_STATS_H_
 #define NVMW_MIDDLEWARE_WINDOW_STATS_H_
 
@@ -19,6 +21,12 @@ struct ClassAccum {
   uint64_t bytes = 0;     // value bytes read (successful gets) or written (puts)
   uint64_t writes = 0;    // puts + removes
 
+  void Record(uint64_t latency_ns_value, uint64_t value_bytes, bool write, bool error) {
+    latency_ns.Record(latency_ns_value);
+    bytes += value_bytes;
+    writes += write ? 1 : 0;
+    errors += error ? 1 : 0;
+  }
   void Merge(const ClassAccum& other);
   void Clear();
 };
@@ -31,11 +39,7 @@ struct StatsShard {
 
   void Record(RequestClass c, uint64_t latency_ns, uint64_t bytes, bool write, bool error) {
     std::lock_guard<std::mutex> lock(mu);
-    ClassAccum& a = cls[static_cast<int>(c)];
-    a.latency_ns.Record(latency_ns);
-    a.bytes += bytes;
-    a.writes += write ? 1 : 0;
-    a.errors += error ? 1 : 0;
+    cls[static_cast<int>(c)].Record(latency_ns, bytes, write, error);
   }
 };
 

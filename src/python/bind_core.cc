@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <variant>
 
 #include "python/bind.h"
 
@@ -39,23 +40,16 @@ RequestClass ToClass(int cls) { return static_cast<RequestClass>(cls); }
 
 nb::dict ClassToDict(const ClassStats& s) {
   nb::dict d;
-  d["ops"] = s.ops;
-  d["errors"] = s.errors;
-  d["rejected"] = s.rejected;
-  d["ops_per_s"] = s.ops_per_s;
-  d["bytes_per_s"] = s.bytes_per_s;
-  d["p50_us"] = s.p50_us;
-  d["p99_us"] = s.p99_us;
-  d["p999_us"] = s.p999_us;
-  d["mean_us"] = s.mean_us;
-  d["std_us"] = s.std_us;
-  d["max_us"] = s.max_us;
-  d["queue_len_end"] = s.queue_len_end;
-  d["queue_len_mean"] = s.queue_len_mean;
-  d["mean_block_bytes"] = s.mean_block_bytes;
-  d["write_ratio"] = s.write_ratio;
-  d["threads"] = s.threads;
+  for (const ClassStatField& f : kClassStatFields) {
+    std::visit([&](auto member) { d[nb::str(f.name.data(), f.name.size())] = s.*member; }, f.member);
+  }
   return d;
+}
+
+nb::tuple NamesTuple(const auto& names) {
+  nb::list out;
+  for (std::string_view n : names) out.append(nb::str(n.data(), n.size()));
+  return nb::tuple(out);
 }
 
 // An instance of the nvmw.errors class matching a non-OK status.
@@ -119,6 +113,31 @@ void BindCore(nb::module_& m) {
       PyErr_SetString(type, msg.c_str());
     }
   });
+
+  // ---- state, stats keys and actions (nvmw/stats.h, thesis Tables 3.2 and 3.3) ----
+  m.attr("STATE_NAMES") = NamesTuple(kStateNames);
+  {
+    nb::list keys;
+    for (const ClassStatField& f : kClassStatFields) keys.append(nb::str(f.name.data(), f.name.size()));
+    m.attr("CLASS_STAT_KEYS") = nb::tuple(keys);
+    nb::list deltas;
+    for (const auto& d : kActionDeltas) deltas.append(nb::make_tuple(d[0], d[1]));
+    m.attr("ACTION_DELTAS") = nb::tuple(deltas);
+  }
+  m.attr("N_ACTIONS") = kNumActions;
+  m.def(
+      "apply_action",
+      [](std::pair<int, int> threads, int action, int max_threads) {
+        if (action < 0 || action >= kNumActions) {
+          throw nb::value_error(("action must be in [0, " + std::to_string(kNumActions - 1) +
+                                 "], got " + std::to_string(action)).c_str());
+        }
+        if (max_threads < 1) throw nb::value_error("max_threads must be >= 1");
+        return ApplyAction(threads.first, threads.second, action, max_threads);
+      },
+      nb::arg("threads"), nb::arg("action"), nb::arg("max_threads") = MiddlewareOptions().max_threads,
+      "Thread counts (interactive, batch) after a thesis Table 3.3 action, each clamped to\n"
+      "[1, max_threads]. ValueError for an action outside 0..8.");
 
   // ---- engines ----
   nb::class_<PyEngine>(m, "Engine", "A key-value engine (pmem or memory). Thread-safe.")

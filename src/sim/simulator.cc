@@ -22,7 +22,7 @@
 
 #include "sim/ps_resource.h"
 #include "sim/rr_cpu.h"
-#include "util/histogram.h"
+#include "middleware/window_stats.h"
 
 namespace nvmw {
 
@@ -58,15 +58,6 @@ struct Request {
   double sched_ns = 0;
   double issue_ns = 0;
   uint32_t epoch = 0;
-};
-
-struct ClassWindow {
-  Histogram latency_ns;
-  uint64_t ops = 0, writes = 0, bytes = 0;
-  void Clear() {
-    latency_ns.Clear();
-    ops = writes = bytes = 0;
-  }
 };
 
 bool Finite(double x) { return std::isfinite(x); }
@@ -110,7 +101,7 @@ struct Simulator::Impl {
   int inflight = 0;              // no-control: operations running
   std::deque<uint64_t> waiters;  // no-control: callers waiting for a slot
 
-  ClassWindow win[2];
+  ClassAccum win[2];  // completed requests of the open window, per class
 
   explicit Impl(const SimOptions& o)
       : opt(o),
@@ -275,11 +266,7 @@ struct Simulator::Impl {
   void Complete(uint64_t id) {
     const Request& r = reqs[id];
     const int c = r.cls;
-    ClassWindow& w = win[c];
-    w.latency_ns.Record(uint64_t(std::max(0.0, now - r.issue_ns)));
-    w.ops++;
-    w.writes += r.write ? 1 : 0;
-    w.bytes += r.bytes;
+    win[c].Record(uint64_t(std::max(0.0, now - r.issue_ns)), r.bytes, r.write, false);
     if (!opt.control) {
       inflight--;
       if (!waiters.empty()) {
@@ -373,22 +360,11 @@ struct Simulator::Impl {
     now = std::max(now, end);
   }
 
-  void FillClass(int c, double secs, ClassStats* s) {
-    const ClassWindow& w = win[c];
-    s->ops = w.ops;
-    s->ops_per_s = w.ops / secs;
-    s->bytes_per_s = w.bytes / secs;
-    s->p50_us = w.latency_ns.Percentile(50) / 1000.0;
-    s->p99_us = w.latency_ns.Percentile(99) / 1000.0;
-    s->p999_us = w.latency_ns.Percentile(99.9) / 1000.0;
-    s->mean_us = w.latency_ns.Mean() / 1000.0;
-    s->std_us = w.latency_ns.StdDev() / 1000.0;
-    s->max_us = w.latency_ns.max() / 1000.0;
-    s->queue_len_end = opt.control ? queue[c].size() : 0;
-    s->queue_len_mean = double(s->queue_len_end);
-    s->mean_block_bytes = w.ops ? double(w.bytes) / w.ops : 0.0;
-    s->write_ratio = w.ops ? double(w.writes) / w.ops : 0.0;
-    s->threads = opt.control ? target[c] : 0;
+  // Closes class c's window: the middleware's own window arithmetic. The queue is not
+  // sampled during the window, so its mean is its length at the end.
+  ClassStats CloseClass(int c, double secs) const {
+    const uint64_t qend = opt.control ? queue[c].size() : 0;
+    return MakeClassStats(win[c], 0, secs, qend, double(qend), opt.control ? target[c] : 0);
   }
 };
 
@@ -490,21 +466,13 @@ Status Simulator::RunWindow(WindowStats* out) {
   w.seq = ++m.window_seq;
   w.start_s = start / 1e9;
   w.duration_s = secs;
-  m.FillClass(kI, secs, &w.interactive);
-  m.FillClass(kB, secs, &w.batch);
-  ClassWindow all;
-  for (int c = 0; c < 2; c++) {
-    all.latency_ns.Merge(m.win[c].latency_ns);
-    all.ops += m.win[c].ops;
-    all.writes += m.win[c].writes;
-    all.bytes += m.win[c].bytes;
-  }
-  std::swap(all, m.win[kI]);  // reuse FillClass for the merged class
-  m.FillClass(kI, secs, &w.all);
-  std::swap(all, m.win[kI]);
-  w.all.queue_len_end = w.interactive.queue_len_end + w.batch.queue_len_end;
-  w.all.queue_len_mean = double(w.all.queue_len_end);
-  w.all.threads = w.interactive.threads + w.batch.threads;
+  w.interactive = m.CloseClass(kI, secs);
+  w.batch = m.CloseClass(kB, secs);
+  ClassAccum all = m.win[kI];
+  all.Merge(m.win[kB]);
+  w.all = MakeClassStats(all, 0, secs, w.interactive.queue_len_end + w.batch.queue_len_end,
+                         w.interactive.queue_len_mean + w.batch.queue_len_mean,
+                         w.interactive.threads + w.batch.threads);
   for (int c = 0; c < 2; c++) m.win[c].Clear();
   *out = w;
   return Status::OK();
