@@ -1,13 +1,19 @@
 // Middleware: the workload-aware concurrency-control layer (thesis Table 3.1).
 //
-// Requests are classed (interactive | batch) and queued in one bounded FIFO per
-// class; each queue is served by its own pool of worker threads, resizable while
-// requests flow (PerformAction / SetThreads). A monitor thread closes a statistics
-// window every `window_s` seconds (GetStats / GetState / WaitForWindow).
+// Requests are classed (interactive | batch). A class's thread count (thesis Table
+// 3.2/3.3, set by Start, SetThreads and PerformAction, resizable while requests flow) is
+// its concurrency limit: at most that many of its requests are in the engine at once.
+// With the default execution (kCallerRuns) a synchronous call that finds a free permit
+// of its class runs the engine operation on the caller's own thread; one that finds
+// none waits in the class's bounded FIFO and is handed the next free permit in order.
+// Async Submit is run by the class's worker threads, which hold the same permits.
+// With kHandOff every request goes through the class queue to a worker instead.
+// A monitor thread closes a statistics window every `window_s` seconds (GetStats /
+// GetState / WaitForWindow).
 //
-// No-control mode (options.control = false) is the thesis baseline: the caller's
-// own thread runs the engine operation, at most `no_control_max_inflight` at once,
-// with the same monitoring. Async Submit then runs the operation inline.
+// No-control mode (options.control = false) is the thesis baseline: the same
+// caller-runs path with no per-class limit (only `no_control_max_inflight` in all),
+// the same monitoring, and async Submit run inline by the caller.
 //
 // Thread safety: all methods may be called from any thread, except that Start and
 // Stop must not race each other. Ownership: the Engine is not owned; it must
@@ -29,6 +35,17 @@ namespace nvmw {
 
 enum class OpType : uint8_t { kGet = 0, kPut = 1, kRemove = 2 };
 
+// Who runs a controlled request's engine operation.
+enum class Execution : uint8_t {
+  // A sync call holding a permit runs it on its own thread (no queue, no wake-up);
+  // async requests run on the class's workers. The default: measured cheaper
+  // (docs/middleware.md, overhead benchmark).
+  kCallerRuns = 0,
+  // Every request is queued and run by a worker of its class; the caller waits
+  // (the pool size bounds the class's concurrency).
+  kHandOff = 1,
+};
+
 struct MiddlewareOptions {
   // Upper bound of each pool (thesis Table 3.2 caps threads at 32). Pools stay in [1, max_threads].
   int max_threads = 32;
@@ -36,12 +53,17 @@ struct MiddlewareOptions {
   double window_s = 1.0;
   // false: no-control baseline (callers run operations themselves, bounded below).
   bool control = true;
-  // No-control mode: how many operations may run at once (thesis baseline: 200).
+  // Controlled mode: caller-runs (permits) or hand-off (workers run everything). Leave
+  // the default unless comparing the two.
+  Execution execution = Execution::kCallerRuns;
+  // No-control mode: how many operations may run at once, both classes together
+  // (thesis baseline: 200).
   int no_control_max_inflight = 200;
   // Size rule for RequestClass::kAuto: a Put whose value has at least this many bytes
   // is batch; smaller puts, and all gets/removes, are interactive.
   uint64_t batch_threshold_bytes = 64 * 1024;
-  // Per-class queue capacity. A full queue answers Overloaded rather than growing.
+  // Per-class queue capacity: requests waiting in a class, sync and async alike. A full
+  // queue answers Overloaded rather than growing (no bound in no-control mode).
   size_t queue_capacity = 1 << 16;
   // Largest value accepted by Put (InvalidArgument above it).
   uint64_t max_value_bytes = 512ull << 20;
@@ -88,14 +110,16 @@ class Middleware {
   // joins workers and the monitor. Idempotent.
   Status Stop();
 
-  // Synchronous calls: submit, wait for completion (futex wait, no mutex/condvar),
-  // return the engine's status. Get fills *value on OK.
+  // Synchronous calls: run the engine operation (on this thread when a permit of the
+  // class is free, else after waiting for one in FIFO order; with kHandOff on a worker),
+  // return the engine's status. Waiting is a futex wait, no mutex/condvar. Get fills
+  // *value on OK. An OK Put is durable when the engine's Put is.
   Status Get(std::string_view key, std::string* value, RequestClass cls = RequestClass::kAuto);
   Status Put(std::string_view key, std::string_view value, RequestClass cls = RequestClass::kAuto);
   Status Remove(std::string_view key, RequestClass cls = RequestClass::kAuto);
 
-  // Asynchronous: OK when accepted (done will run exactly once), Overloaded when the
-  // class queue is full, Shutdown when not running, InvalidArgument for a bad request
+  // Asynchronous: OK when accepted (done will run exactly once, on a worker of the
+  // class once a permit is free), Overloaded when the class queue is full, Shutdown when not running, InvalidArgument for a bad request
   // (done is not called on a non-OK return).
   Status Submit(Request request, Completion done);
 
@@ -110,13 +134,15 @@ class Middleware {
   // Thesis Table 3.3 action 0..8 (InvalidArgument otherwise). Thread counts are
   // clamped to [1, max_threads]; a clamped action is not an error.
   Status PerformAction(int action);
-  // Sets both pool sizes (InvalidArgument outside [1, max_threads]). Growing starts
-  // workers; shrinking retires workers after their current request.
+  // Sets both classes' limits and pool sizes (InvalidArgument outside [1, max_threads]).
+  // Growing starts workers and admits waiters at once; shrinking retires workers after
+  // their current request and takes effect as permits come back.
   Status SetThreads(int interactive, int batch);
-  // Current target pool sizes.
+  // Current limits (= target pool sizes); 0 and 0 in no-control mode.
   void GetThreads(int* interactive, int* batch) const;
 
-  // Requests currently queued (not started) in a class.
+  // Requests of a class waiting (not started): sync callers waiting for a permit and
+  // queued async requests.
   size_t QueueLength(RequestClass cls) const;
   // Class a request would get (resolves kAuto by the size rule).
   RequestClass Classify(OpType op, size_t value_bytes, RequestClass hint) const;

@@ -5,7 +5,9 @@
 #include "nvmw/middleware.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <iterator>
 #include <string>
 #include <thread>
 
@@ -42,6 +44,9 @@ Status Middleware::Impl::CheckOptions() const {
   if (o.no_control_max_inflight < 1 || o.no_control_max_inflight > kMaxInflightLimit) {
     return Status::InvalidArgument("no_control_max_inflight must be in [1, 2^20]");
   }
+  if (o.execution != Execution::kCallerRuns && o.execution != Execution::kHandOff) {
+    return Status::InvalidArgument("execution must be kCallerRuns or kHandOff");
+  }
   if (o.spin_ns < 0) return Status::InvalidArgument("spin_ns must be >= 0");
   if (o.batch_nice < 0 || o.batch_nice > 19) {
     return Status::InvalidArgument("batch_nice must be in [0, 19]");
@@ -61,13 +66,20 @@ Status Middleware::Impl::Start(Engine* engine, int interactive_threads, int batc
   db = engine;
   start_ns = NowNs();
   if (options.control) {
+    // Caller-runs queues only async tasks that hold a permit: at most max_threads.
+    const size_t capacity = UsesPermits() ? static_cast<size_t>(options.max_threads) + 1
+                                          : options.queue_capacity;
     for (int c = 0; c < kClasses; ++c) {
-      pools[c] = std::make_unique<Pool>(options.queue_capacity, options.max_threads);
+      pools[c] = std::make_unique<Pool>(capacity, options.max_threads);
     }
     free_tasks = std::make_unique<BoundedQueue<AsyncTask>>(kFreeTasks);
+    max_waiters = options.queue_capacity;
   } else {
-    inflight = std::make_unique<std::counting_semaphore<kMaxInflightLimit>>(
-        options.no_control_max_inflight);
+    // No control: no per-class limit, one bound for both classes together, and callers
+    // wait rather than being refused (the thesis baseline).
+    max_waiters = Permits::kMaxWaiters;
+  }
+  if (UsesPermits()) {
     for (int i = 0; i < kCallerStripes; ++i) caller_stripes.push_back(NewShard());
   }
   started.store(true, std::memory_order_release);
@@ -80,12 +92,19 @@ Status Middleware::Impl::Start(Engine* engine, int interactive_threads, int batc
       if (!s.ok()) break;
     }
   }
+  if (!options.control) {
+    // Both classes share one limit in the baseline: the interactive permits serve all.
+    permits[0].SetLimit(options.no_control_max_inflight);
+  }
   {
     std::lock_guard<std::mutex> lock(mon_mu);
     mon_running = true;
   }
   monitor = std::thread(&Impl::MonitorMain, this);
   accepting.store(true, std::memory_order_seq_cst);
+  if (UsesPermits()) {
+    for (int c = 0; c < kClasses; ++c) PermitsOf(c).Open();
+  }
   if (!s.ok()) {
     // Workers failed to start: undo through the ordinary drain path.
     StopLocked();
@@ -103,9 +122,22 @@ Status Middleware::Impl::StopLocked() {
   if (!started.load(std::memory_order_relaxed) || stopped) return Status::OK();
   stopped = true;
   accepting.store(false, std::memory_order_seq_cst);
-  // Every caller that passed the gate finishes enqueuing (or, in no-control mode,
-  // finishes its whole operation) before we go on.
+  for (Permits& p : permits) p.Close();
+  // Hand-off: every caller that passed the gate finishes enqueuing before we go on.
   while (submitting.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  // Permits: every accepted request holds a permit or waits for one (and keeps its
+  // place: closing refuses only newcomers). Each one runs, and gives its permit back
+  // after recording its statistics and running its completion. Workers are still up
+  // to run the async ones.
+  for (int spins = 0; !std::all_of(std::begin(permits), std::end(permits),
+                                   [](const Permits& p) { return p.Idle(); });
+       ++spins) {
+    if (spins < 100) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
   if (options.control) {
     {
       std::lock_guard<std::mutex> lock(ctl_mu);

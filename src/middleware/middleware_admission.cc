@@ -1,6 +1,7 @@
-// Admission side of the middleware: validation and classification, the admission gate,
-// enqueue, completion of synchronous calls (futex wake words), the async task pool, and
-// the no-control path where callers run operations themselves.
+// Admission side of the middleware: validation and classification, the permit path
+// (caller-runs and no-control: a sync call with a free permit runs on its own thread),
+// the hand-off path (admission gate, enqueue), waking synchronous callers (futex wake
+// words), and the async task pool.
 #include <algorithm>
 #include <exception>
 #include <functional>
@@ -88,10 +89,19 @@ Status Middleware::Impl::Validate(OpType op, size_t value_bytes, RequestClass hi
 
 // ---- async task pool ----
 
-AsyncTask* Middleware::Impl::NewAsyncTask() {
+AsyncTask* Middleware::Impl::NewAsyncTask(Request&& request, Completion&& done,
+                                          RequestClass cls, int64_t submit_ns) {
   AsyncTask* t = nullptr;
-  if (free_tasks->TryPop(&t)) return t;
-  return new AsyncTask;
+  if (!free_tasks->TryPop(&t)) t = new AsyncTask;
+  t->request = std::move(request);
+  t->done = std::move(done);
+  t->op = t->request.op;
+  t->cls = cls;
+  t->async = true;
+  t->key = t->request.key;
+  t->value = t->request.value;
+  t->submit_ns = submit_ns;
+  return t;
 }
 
 void Middleware::Impl::RecycleAsyncTask(AsyncTask* t) {
@@ -108,29 +118,43 @@ void Middleware::Impl::RecycleAsyncTask(AsyncTask* t) {
 
 // ---- enqueue ----
 
+Status Middleware::Impl::Refuse(int c, uint64_t capacity) {
+  rejected[c].fetch_add(1, std::memory_order_relaxed);
+  return Status::Overloaded(std::string(ClassName(c)) + " queue full (capacity " +
+                            std::to_string(capacity) + ")");
+}
+
 Status Middleware::Impl::Enqueue(Task* t) {
   const int c = static_cast<int>(t->cls);
   Pool& p = *pools[c];
-  if (!p.queue.TryPush(t)) {
-    rejected[c].fetch_add(1, std::memory_order_relaxed);
-    return Status::Overloaded(std::string(ClassName(c)) + " queue full (capacity " +
-                              std::to_string(p.queue.capacity()) + ")");
-  }
+  if (!p.queue.TryPush(t)) return Refuse(c, p.queue.capacity());
   // Pairs with the parker's seq_cst "asleep, parked++, then LooksEmpty()": either it
   // sees the item or this load sees it parked.
   if (p.parked.load(std::memory_order_seq_cst) > 0) WakeOne(p);
   return Status::OK();
 }
 
-// ---- sync completion ----
+void Middleware::Impl::PushReady(Task* t) {
+  Pool& p = *pools[static_cast<int>(t->cls)];
+  // Never full: every item holds a permit and the queue has room for max_threads + 1.
+  while (!p.queue.TryPush(t)) std::this_thread::yield();
+  if (p.parked.load(std::memory_order_seq_cst) > 0) WakeOne(p);
+}
 
-void Middleware::Impl::CompleteSync(Task* t, Status status) {
-  t->status = std::move(status);
+// ---- waking sync callers ----
+
+void Middleware::Impl::Signal(Task* t) {
   std::atomic<uint32_t>& word = CallerWakeWord(t);
+  // After this exchange the caller may return and destroy the task: touch only `word`.
   if (t->state.exchange(kDone, std::memory_order_acq_rel) == kParked) {
     word.fetch_add(1, std::memory_order_seq_cst);
     word.notify_all();
   }
+}
+
+void Middleware::Impl::CompleteSync(Task* t, Status status) {
+  t->status = std::move(status);
+  Signal(t);
 }
 
 void Middleware::Impl::WaitSync(Task* t) {
@@ -157,26 +181,50 @@ void Middleware::Impl::WaitSync(Task* t) {
   }
 }
 
-// ---- no-control mode ----
+// ---- permits ----
 
 StatsShard* Middleware::Impl::CallerStripe() {
   static thread_local const size_t h = std::hash<std::thread::id>()(std::this_thread::get_id());
   return caller_stripes[h % caller_stripes.size()];
 }
 
-Status Middleware::Impl::RunInline(OpType op, RequestClass cls, std::string_view key,
-                                   std::string_view value, std::string* out,
-                                   int64_t submit_ns) {
-  const int c = static_cast<int>(cls);
-  waiting[c].fetch_add(1, std::memory_order_relaxed);
-  inflight->acquire();
-  waiting[c].fetch_sub(1, std::memory_order_relaxed);
+void Middleware::Impl::Dispatch(PermitWaiter* granted, Task** run_next) {
+  while (granted != nullptr) {
+    Task* t = static_cast<Task*>(granted);
+    granted = granted->next;  // read before handing over: the task may be gone after
+    if (!t->async) {
+      Signal(t);
+    } else if (run_next != nullptr && *run_next == nullptr) {
+      *run_next = t;
+    } else {
+      PushReady(t);
+    }
+  }
+}
+
+Status Middleware::Impl::RunOnCaller(Task* t, std::string* out, Status* result) {
+  const int c = static_cast<int>(t->cls);
+  switch (PermitsOf(c).Acquire(t, max_waiters)) {
+    case Permits::Admit::kGranted:
+      break;
+    case Permits::Admit::kQueued:
+      if (!options.control) shared_waiting[c].fetch_add(1, std::memory_order_relaxed);
+      WaitSync(t);  // woken holding the permit
+      if (!options.control) shared_waiting[c].fetch_sub(1, std::memory_order_relaxed);
+      break;
+    case Permits::Admit::kClosed:
+      return Status::Shutdown("middleware is not running");
+    case Permits::Admit::kFull:
+      return Refuse(c, max_waiters);
+  }
   uint64_t bytes = 0;
-  Status s = ExecuteOp(db, op, key, value, out, &bytes);
-  inflight->release();
-  CallerStripe()->Record(cls, static_cast<uint64_t>(std::max<int64_t>(0, NowNs() - submit_ns)),
-                         bytes, op != OpType::kGet, IsError(s));
-  return s;
+  *result = ExecuteOp(db, t->op, t->key, t->value, out, &bytes);
+  // Recorded before the permit goes back, so that once Stop sees every permit returned
+  // the final window holds every request.
+  CallerStripe()->Record(t->cls, static_cast<uint64_t>(std::max<int64_t>(0, NowNs() - t->submit_ns)),
+                         bytes, t->op != OpType::kGet, IsError(*result));
+  ReleasePermit(c, nullptr);
+  return Status::OK();
 }
 
 // ---- front door ----
@@ -185,19 +233,18 @@ Status Middleware::Impl::SyncCall(OpType op, std::string_view key, std::string_v
                                   std::string* out, RequestClass hint) {
   Status s = Validate(op, value.size(), hint);
   if (!s.ok()) return s;
-  const int64_t submit_ns = NowNs();
   Task t;
+  t.submit_ns = NowNs();
   t.op = op;
   t.cls = Resolve(op, value.size(), hint);
-  if (!options.control) {
-    Gate gate(this);
-    if (!gate.open) return Status::Shutdown("middleware is not running");
-    return RunInline(op, t.cls, key, value, out, submit_ns);
-  }
   t.key = key;
   t.value = value;
   t.get_out = out;
-  t.submit_ns = submit_ns;
+  if (UsesPermits()) {
+    Status result;
+    s = RunOnCaller(&t, out, &result);
+    return s.ok() ? result : s;
+  }
   {
     Gate gate(this);
     if (!gate.open) return Status::Shutdown("middleware is not running");
@@ -215,29 +262,50 @@ Status Middleware::Impl::Submit(Request&& request, Completion&& done) {
   const int64_t submit_ns = NowNs();
   const RequestClass cls = Resolve(request.op, request.value.size(), request.cls);
   if (!options.control) {
-    Gate gate(this);
-    if (!gate.open) return Status::Shutdown("middleware is not running");
+    // No control: the caller runs it inline, like a sync call.
+    Task t;
+    t.submit_ns = submit_ns;
+    t.op = request.op;
+    t.cls = cls;
+    t.key = request.key;
+    t.value = request.value;
     std::string value;
-    s = RunInline(request.op, cls, request.key, request.value, &value, submit_ns);
-    if (!s.ok()) value.clear();
-    done(s, std::move(value));
+    Status result;
+    s = RunOnCaller(&t, &value, &result);
+    if (!s.ok()) return s;
+    if (!result.ok()) value.clear();
+    done(result, std::move(value));
     return Status::OK();
   }
-  // Admission first: before Start there is no task pool to draw from.
-  Gate gate(this);
-  if (!gate.open) return Status::Shutdown("middleware is not running");
-  AsyncTask* t = NewAsyncTask();
-  t->request = std::move(request);
-  t->done = std::move(done);
-  t->op = t->request.op;
-  t->cls = cls;
-  t->async = true;
-  t->key = t->request.key;
-  t->value = t->request.value;
-  t->submit_ns = submit_ns;
-  s = Enqueue(t);
-  if (!s.ok()) RecycleAsyncTask(t);
-  return s;
+  // Before Start there is no task pool to draw from.
+  if (!started.load(std::memory_order_acquire)) {
+    return Status::Shutdown("middleware is not running");
+  }
+  const int c = static_cast<int>(cls);
+  if (options.execution == Execution::kHandOff) {
+    // Admission first: a stopped middleware takes nothing.
+    Gate gate(this);
+    if (!gate.open) return Status::Shutdown("middleware is not running");
+    AsyncTask* t = NewAsyncTask(std::move(request), std::move(done), cls, submit_ns);
+    s = Enqueue(t);
+    if (!s.ok()) RecycleAsyncTask(t);
+    return s;
+  }
+  AsyncTask* t = NewAsyncTask(std::move(request), std::move(done), cls, submit_ns);
+  switch (permits[c].Acquire(t, max_waiters)) {
+    case Permits::Admit::kGranted:
+      PushReady(t);
+      return Status::OK();
+    case Permits::Admit::kQueued:
+      return Status::OK();  // a released permit will bring it to the workers
+    case Permits::Admit::kClosed:
+      RecycleAsyncTask(t);
+      return Status::Shutdown("middleware is not running");
+    case Permits::Admit::kFull:
+      break;
+  }
+  RecycleAsyncTask(t);
+  return Refuse(c, max_waiters);
 }
 
 // ---- public entry points of this role ----

@@ -2,7 +2,8 @@
 // role: middleware.cc (lifecycle and options), middleware_admission.cc (validation,
 // classification, admission gate, enqueue, sync completion, no-control path),
 // middleware_pools.cc (worker loop, parking and wake-up, resize, retire) and
-// middleware_monitor.cc (monitor thread, window close, load sampling).
+// middleware_monitor.cc (monitor thread, window close, load sampling); permits.{h,cc}
+// hold a class's concurrency limit.
 // docs/middleware.md explains the protocols.
 #ifndef NVMW_MIDDLEWARE_MIDDLEWARE_IMPL_H_
 #define NVMW_MIDDLEWARE_MIDDLEWARE_IMPL_H_
@@ -12,13 +13,13 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <semaphore>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
 #include "middleware/bounded_queue.h"
+#include "middleware/permits.h"
 #include "middleware/window_stats.h"
 #include "nvmw/middleware.h"
 
@@ -27,7 +28,7 @@ namespace nvmw {
 inline constexpr int kClasses = 2;
 inline constexpr int kMaxThreadsLimit = 1024;
 inline constexpr int kMaxInflightLimit = 1 << 20;
-inline constexpr int kCallerStripes = 16;  // stats shards of no-control caller threads
+inline constexpr int kCallerStripes = 16;  // stats shards of threads that run their own request
 
 inline const char* ClassName(int cls) { return cls == 0 ? "interactive" : "batch"; }
 
@@ -41,10 +42,12 @@ inline constexpr uint32_t kRunning = 0;
 inline constexpr uint32_t kAsleep = 1;
 inline constexpr uint32_t kNotified = 2;
 
-// One request travelling through a queue. Sync calls keep it on the caller's stack and
-// point into the caller's key/value (the caller blocks, so the views stay valid); async
-// calls allocate an AsyncTask that owns its strings and the completion.
-struct Task {
+// One request waiting for a permit or travelling through a queue. Sync calls keep it on
+// the caller's stack and point into the caller's key/value (the caller blocks, so the
+// views stay valid); async calls allocate an AsyncTask that owns its strings and the
+// completion. A sync caller waiting for a permit is woken through `state` (kDone = the
+// permit is its own now); with hand-off it is woken when a worker has run the request.
+struct Task : PermitWaiter {
   OpType op = OpType::kGet;
   RequestClass cls = RequestClass::kInteractive;
   bool async = false;
@@ -68,7 +71,9 @@ Status ExecuteOp(Engine* db, OpType op, std::string_view key, std::string_view v
 
 inline bool IsError(const Status& s) { return !s.ok() && !s.IsNotFound(); }
 
-// One class's queue and worker pool.
+// One class's queue and worker pool. With hand-off the queue holds every request of the
+// class; with caller-runs it holds only async tasks that already hold a permit, so it
+// never has more than max_threads items.
 struct Pool {
   Pool(size_t capacity, int max_threads) : queue(capacity), slots(max_threads) {}
 
@@ -137,9 +142,15 @@ struct Middleware::Impl {
   // request (allocator arena lock traffic between the two threads).
   std::unique_ptr<BoundedQueue<AsyncTask>> free_tasks;
 
-  // No-control mode.
-  std::unique_ptr<std::counting_semaphore<kMaxInflightLimit>> inflight;
-  std::atomic<uint64_t> waiting[kClasses] = {};  // callers blocked on the semaphore
+  // Caller-runs and no-control: each class's concurrency limit and its waiters. Closed
+  // until Start opens them (and again from Stop on), which is the admission check of
+  // these modes. Unused with hand-off, whose workers are the limit.
+  Permits permits[kClasses];
+  // Most waiters a class may have before new requests get Overloaded.
+  uint64_t max_waiters = 0;
+  // No-control mode: both classes share permits[0] (one bound for all, as the thesis
+  // baseline), so its waiters are counted per class here.
+  std::atomic<uint64_t> shared_waiting[kClasses] = {};
 
   // Monitor.
   int64_t start_ns = 0;
@@ -194,15 +205,36 @@ struct Middleware::Impl {
            cores;
   }
 
+  // With permits (caller-runs, or no control) rather than workers for everything.
+  bool UsesPermits() const {
+    return !options.control || options.execution == Execution::kCallerRuns;
+  }
+
   // ---- async task pool, enqueue, sync completion, front door (middleware_admission.cc) ----
-  AsyncTask* NewAsyncTask();
+  // A task owning the request and its completion (from the free list when possible).
+  AsyncTask* NewAsyncTask(Request&& request, Completion&& done, RequestClass cls,
+                          int64_t submit_ns);
   void RecycleAsyncTask(AsyncTask* t);
+  // Counts a refused request of class c and says why.
+  Status Refuse(int c, uint64_t capacity);
   Status Enqueue(Task* t);
+  // Publishes an async task that holds a permit to its class's workers.
+  void PushReady(Task* t);
+  // Wakes a waiting sync caller (its request is done, or it holds a permit now).
+  static void Signal(Task* t);
   static void CompleteSync(Task* t, Status status);
   void WaitSync(Task* t);
   StatsShard* CallerStripe();
-  Status RunInline(OpType op, RequestClass cls, std::string_view key, std::string_view value,
-                   std::string* out, int64_t submit_ns);
+  // Hands each granted waiter its permit: wakes a sync caller, or queues an async task
+  // for the workers (or, when run_next is given and empty, returns one there for the
+  // calling worker to run itself).
+  void Dispatch(PermitWaiter* granted, Task** run_next);
+  Permits& PermitsOf(int c) { return options.control ? permits[c] : permits[0]; }
+  void ReleasePermit(int c, Task** run_next) { Dispatch(PermitsOf(c).Release(), run_next); }
+  // Admits `t` under its class's permits (waiting in the FIFO if needed) and runs it on
+  // the calling thread. Returns Shutdown/Overloaded when refused; else *result is the
+  // engine's status.
+  Status RunOnCaller(Task* t, std::string* out, Status* result);
   Status SyncCall(OpType op, std::string_view key, std::string_view value, std::string* out,
                   RequestClass hint);
   Status Submit(Request&& request, Completion&& done);
@@ -211,6 +243,9 @@ struct Middleware::Impl {
   static void WakeOne(Pool& p);
   static void WakeAll(Pool& p);
   void RunTask(Task* t, StatsShard* shard);
+  // Runs an async task that holds a permit, then passes the permit on; keeps going with
+  // an async waiter the permit went to, so a busy class costs no wake-up per request.
+  void RunHoldingPermit(Task* t, int cls, StatsShard* shard);
   bool TryRetire(Pool& p, int slot, bool force);
   void WorkerMain(Pool* pool, int slot, StatsShard* shard);
   void Park(Pool& p, int slot);

@@ -30,8 +30,11 @@ int MachineRunnable() {
 
 uint64_t Middleware::Impl::QueueLen(int c) const {
   if (!started.load(std::memory_order_acquire)) return 0;
-  if (!options.control) return waiting[c].load(std::memory_order_relaxed);
-  return pools[c]->queue.SizeApprox();
+  // Caller-runs: waiting for a permit, plus async tasks holding one that no worker has
+  // taken yet. Hand-off: the queue holds them all.
+  if (!options.control) return shared_waiting[c].load(std::memory_order_relaxed);
+  uint64_t n = UsesPermits() ? permits[c].waiting() : 0;
+  return n + pools[c]->queue.SizeApprox();
 }
 
 int Middleware::Impl::Threads(int c) const {

@@ -68,6 +68,15 @@ void Middleware::Impl::RunTask(Task* t, StatsShard* shard) {
   CompleteSync(t, std::move(s));
 }
 
+void Middleware::Impl::RunHoldingPermit(Task* t, int cls, StatsShard* shard) {
+  while (t != nullptr) {
+    RunTask(t, shard);  // records and completes before the permit goes back (Stop's drain)
+    Task* next = nullptr;
+    ReleasePermit(cls, &next);
+    t = next;
+  }
+}
+
 // Called by a worker whose slot is at or above the target. Decides under ctl_mu so
 // that a concurrent grow either sees the slot dead (and restarts it) or keeps it.
 bool Middleware::Impl::TryRetire(Pool& p, int slot, bool force) {
@@ -82,7 +91,9 @@ bool Middleware::Impl::TryRetire(Pool& p, int slot, bool force) {
 
 void Middleware::Impl::WorkerMain(Pool* pool, int slot, StatsShard* shard) {
   Pool& p = *pool;
-  if (pool == pools[static_cast<int>(RequestClass::kBatch)].get() && options.batch_nice > 0) {
+  const int cls = pool == pools[static_cast<int>(RequestClass::kBatch)].get() ? 1 : 0;
+  const bool holds_permits = UsesPermits();
+  if (cls == static_cast<int>(RequestClass::kBatch) && options.batch_nice > 0) {
     // Per-thread on Linux: PRIO_PROCESS with a thread id. Best effort; failure only
     // means batch keeps the caller's priority.
     // Relative to the niceness inherited from the starting thread, so it never asks
@@ -101,7 +112,11 @@ void Middleware::Impl::WorkerMain(Pool* pool, int slot, StatsShard* shard) {
     const bool stop = stopping.load(std::memory_order_acquire);
     Task* t = nullptr;
     if (p.queue.TryPop(&t)) {
-      RunTask(t, shard);
+      if (holds_permits) {
+        RunHoldingPermit(t, cls, shard);
+      } else {
+        RunTask(t, shard);
+      }
       continue;
     }
     if (stop) {
@@ -177,6 +192,8 @@ Status Middleware::Impl::ResizeLocked(int cls, int n) {
     slot.alive = true;
   }
   if (n < old) WakeAll(p);  // parked workers above the target must wake to retire
+  // The limit follows the pool: a grow admits waiters now, a shrink as permits return.
+  if (UsesPermits()) Dispatch(permits[cls].SetLimit(n), nullptr);
   return Status::OK();
 }
 

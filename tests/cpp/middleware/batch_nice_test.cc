@@ -35,22 +35,57 @@ class NiceProbeEngine : public Engine {
   std::atomic<int> batch_nice_{-100}, interactive_nice_{-100};
 };
 
+// Runs a Put through Submit and waits for its completion (a worker runs it).
+void SubmitPutAndWait(Middleware& mw, const std::string& key, RequestClass cls) {
+  std::atomic<bool> done{false};
+  Request r;
+  r.op = OpType::kPut;
+  r.key = key;
+  r.value = "v";
+  r.cls = cls;
+  ASSERT_TRUE(mw.Submit(std::move(r), [&](const Status& s, std::string&&) {
+                  EXPECT_TRUE(s.ok());
+                  done = true;
+                  done.notify_all();
+                }).ok());
+  done.wait(false);
+}
+
+// Batch workers run at the configured niceness, in both execution modes; with
+// hand-off they run sync calls too. With caller-runs a sync call runs on the caller's
+// thread, so it keeps the caller's niceness.
 TEST(BatchNiceTest, BatchWorkersRunAtTheConfiguredNiceness) {
   const int caller = ThreadNice();
-  for (int nice : {0, 7}) {
-    NiceProbeEngine engine;
-    MiddlewareOptions o;
-    o.batch_nice = nice;
-    Middleware mw(o);
-    ASSERT_TRUE(mw.Start(&engine, 2, 2).ok());
-    ASSERT_TRUE(mw.Put("batch", "v", RequestClass::kBatch).ok());
-    ASSERT_TRUE(mw.Put("interactive", "v", RequestClass::kInteractive).ok());
-    // After a resize too: new batch workers start at the same niceness.
-    ASSERT_TRUE(mw.SetThreads(1, 5).ok());
-    for (int i = 0; i < 50; ++i) ASSERT_TRUE(mw.Put("batch", "v", RequestClass::kBatch).ok());
-    EXPECT_EQ(engine.batch_nice_.load(), std::min(19, caller + nice)) << "batch_nice=" << nice;
-    EXPECT_EQ(engine.interactive_nice_.load(), caller) << "batch_nice=" << nice;
-    ASSERT_TRUE(mw.Stop().ok());
+  for (Execution mode : {Execution::kCallerRuns, Execution::kHandOff}) {
+    for (int nice : {0, 7}) {
+      SCOPED_TRACE("batch_nice=" + std::to_string(nice) +
+                   (mode == Execution::kHandOff ? " hand-off" : " caller-runs"));
+      NiceProbeEngine engine;
+      MiddlewareOptions o;
+      o.batch_nice = nice;
+      o.execution = mode;
+      Middleware mw(o);
+      ASSERT_TRUE(mw.Start(&engine, 2, 2).ok());
+      auto run = [&](const std::string& key, RequestClass cls) {
+        if (mode == Execution::kHandOff) {
+          ASSERT_TRUE(mw.Put(key, "v", cls).ok());
+        } else {
+          SubmitPutAndWait(mw, key, cls);
+        }
+      };
+      run("batch", RequestClass::kBatch);
+      run("interactive", RequestClass::kInteractive);
+      // After a resize too: new batch workers start at the same niceness.
+      ASSERT_TRUE(mw.SetThreads(1, 5).ok());
+      for (int i = 0; i < 50; ++i) run("batch", RequestClass::kBatch);
+      EXPECT_EQ(engine.batch_nice_.load(), std::min(19, caller + nice));
+      EXPECT_EQ(engine.interactive_nice_.load(), caller);
+      if (mode == Execution::kCallerRuns) {
+        ASSERT_TRUE(mw.Put("batch", "v", RequestClass::kBatch).ok());
+        EXPECT_EQ(engine.batch_nice_.load(), caller);  // ran on this thread
+      }
+      ASSERT_TRUE(mw.Stop().ok());
+    }
   }
 }
 

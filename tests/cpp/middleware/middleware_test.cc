@@ -1,6 +1,7 @@
 // Middleware behaviour: sync/async operations through both classes, FIFO order, Stop
 // draining, the action table, back-pressure, bad input, no-control bound, and the
-// per-window statistics. Runs against TestEngine (delays, gate, counters).
+// per-window statistics, in both execution modes. Runs against TestEngine (delays,
+// gate, counters).
 #include "nvmw/middleware.h"
 
 #include <gtest/gtest.h>
@@ -20,12 +21,23 @@ namespace {
 
 using testing::TestEngine;
 
-MiddlewareOptions SmallOptions() {
-  MiddlewareOptions o;
-  o.max_threads = 4;
-  o.window_s = 60;  // only Stop closes a window unless a test wants more
-  return o;
-}
+// Every test runs in both execution modes (caller-runs and hand-off).
+class MiddlewareTest : public ::testing::TestWithParam<Execution> {
+ protected:
+  MiddlewareOptions SmallOptions() const {
+    MiddlewareOptions o;
+    o.max_threads = 4;
+    o.window_s = 60;  // only Stop closes a window unless a test wants more
+    o.execution = GetParam();
+    return o;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Modes, MiddlewareTest,
+                         ::testing::Values(Execution::kCallerRuns, Execution::kHandOff),
+                         [](const ::testing::TestParamInfo<Execution>& info) {
+                           return info.param == Execution::kHandOff ? "HandOff" : "CallerRuns";
+                         });
 
 // Counts completions per request id; fails the test on a second completion.
 class CompletionLog {
@@ -57,7 +69,7 @@ class CompletionLog {
   std::atomic<size_t> done_{0}, ok_{0};
 };
 
-TEST(MiddlewareTest, SyncOpsThroughBothClasses) {
+TEST_P(MiddlewareTest, SyncOpsThroughBothClasses) {
   TestEngine engine;
   Middleware mw(SmallOptions());
   ASSERT_TRUE(mw.Start(&engine, 2, 2).ok());
@@ -88,7 +100,7 @@ TEST(MiddlewareTest, SyncOpsThroughBothClasses) {
   EXPECT_EQ(w.interactive.ops, 11u);
 }
 
-TEST(MiddlewareTest, LargeSyncValueIsNotTruncated) {
+TEST_P(MiddlewareTest, LargeSyncValueIsNotTruncated) {
   TestEngine engine;
   Middleware mw(SmallOptions());
   ASSERT_TRUE(mw.Start(&engine, 1, 1).ok());
@@ -102,7 +114,7 @@ TEST(MiddlewareTest, LargeSyncValueIsNotTruncated) {
   EXPECT_EQ(mw.GetStats().batch.ops, 2u);
 }
 
-TEST(MiddlewareTest, AsyncOpsThroughBothClasses) {
+TEST_P(MiddlewareTest, AsyncOpsThroughBothClasses) {
   TestEngine engine;
   Middleware mw(SmallOptions());
   ASSERT_TRUE(mw.Start(&engine, 2, 1).ok());
@@ -141,7 +153,7 @@ TEST(MiddlewareTest, AsyncOpsThroughBothClasses) {
   EXPECT_EQ(w.interactive.ops, kN);
 }
 
-TEST(MiddlewareTest, ClassifyUsesHintThenSizeRule) {
+TEST_P(MiddlewareTest, ClassifyUsesHintThenSizeRule) {
   MiddlewareOptions o = SmallOptions();
   o.batch_threshold_bytes = 1000;
   Middleware mw(o);
@@ -156,7 +168,7 @@ TEST(MiddlewareTest, ClassifyUsesHintThenSizeRule) {
 }
 
 // With one worker, requests of a class run in submission order.
-TEST(MiddlewareTest, FifoPerClassWithOneWorker) {
+TEST_P(MiddlewareTest, FifoPerClassWithOneWorker) {
   TestEngine engine;
   engine.record_order = true;
   Middleware mw(SmallOptions());
@@ -182,7 +194,7 @@ TEST(MiddlewareTest, FifoPerClassWithOneWorker) {
   EXPECT_TRUE(std::is_sorted(batch.begin(), batch.end()));
 }
 
-TEST(MiddlewareTest, StopDrainsEveryAcceptedRequestExactlyOnce) {
+TEST_P(MiddlewareTest, StopDrainsEveryAcceptedRequestExactlyOnce) {
   TestEngine engine;
   engine.put_delay_ns = 20000;  // 20 us: the queues are still full when Stop begins
   Middleware mw(SmallOptions());
@@ -217,7 +229,7 @@ TEST(MiddlewareTest, StopDrainsEveryAcceptedRequestExactlyOnce) {
   EXPECT_TRUE(mw.PerformAction(1).IsShutdown());
 }
 
-TEST(MiddlewareTest, StopWhileSyncCallersWait) {
+TEST_P(MiddlewareTest, StopWhileSyncCallersWait) {
   TestEngine engine;
   engine.get_delay_ns = 200000;
   Middleware mw(SmallOptions());
@@ -246,7 +258,7 @@ TEST(MiddlewareTest, StopWhileSyncCallersWait) {
   EXPECT_EQ(engine.gets() + static_cast<uint64_t>(refused.load()), 120u);
 }
 
-TEST(MiddlewareTest, PerformActionTableAndClamping) {
+TEST_P(MiddlewareTest, PerformActionTableAndClamping) {
   TestEngine engine;
   MiddlewareOptions o = SmallOptions();
   o.max_threads = 3;
@@ -284,7 +296,7 @@ TEST(MiddlewareTest, PerformActionTableAndClamping) {
   ASSERT_TRUE(mw.Stop().ok());
 }
 
-TEST(MiddlewareTest, StartClampsPoolSizes) {
+TEST_P(MiddlewareTest, StartClampsPoolSizes) {
   TestEngine engine;
   Middleware mw(SmallOptions());  // max 4
   ASSERT_TRUE(mw.Start(&engine, 0, 99).ok());
@@ -294,7 +306,7 @@ TEST(MiddlewareTest, StartClampsPoolSizes) {
   EXPECT_EQ(b, 4);
 }
 
-TEST(MiddlewareTest, OverloadedWhenQueueIsFull) {
+TEST_P(MiddlewareTest, OverloadedWhenQueueIsFull) {
   TestEngine engine;
   MiddlewareOptions o = SmallOptions();
   o.queue_capacity = 2;
@@ -334,7 +346,7 @@ TEST(MiddlewareTest, OverloadedWhenQueueIsFull) {
   EXPECT_EQ(w.interactive.ops, 3u);
 }
 
-TEST(MiddlewareTest, BadInputIsRejected) {
+TEST_P(MiddlewareTest, BadInputIsRejected) {
   TestEngine engine;
   MiddlewareOptions o = SmallOptions();
   o.max_value_bytes = 1000;
@@ -381,7 +393,7 @@ TEST(MiddlewareTest, BadInputIsRejected) {
   EXPECT_EQ(mw.GetStats().all.ops, 1u);  // only the valid Put ran
 }
 
-TEST(MiddlewareTest, BadOptionsAreRejected) {
+TEST_P(MiddlewareTest, BadOptionsAreRejected) {
   TestEngine engine;
   auto start_with = [&](auto mutate) {
     MiddlewareOptions o;
@@ -398,7 +410,7 @@ TEST(MiddlewareTest, BadOptionsAreRejected) {
   EXPECT_TRUE(start_with([](MiddlewareOptions&) {}).ok());
 }
 
-TEST(MiddlewareTest, CallsBeforeStartAreRefused) {
+TEST_P(MiddlewareTest, CallsBeforeStartAreRefused) {
   Middleware mw(SmallOptions());
   std::string v;
   EXPECT_TRUE(mw.Get("k", &v).IsShutdown());
@@ -413,7 +425,7 @@ TEST(MiddlewareTest, CallsBeforeStartAreRefused) {
   EXPECT_TRUE(mw.Stop().ok());
 }
 
-TEST(MiddlewareTest, NoControlModeBoundsInflight) {
+TEST_P(MiddlewareTest, NoControlModeBoundsInflight) {
   TestEngine engine;
   engine.get_delay_ns = 1000000;  // 1 ms: callers pile up on the semaphore
   engine.put_delay_ns = 1000000;
@@ -465,7 +477,7 @@ TEST(MiddlewareTest, NoControlModeBoundsInflight) {
 }
 
 // Window statistics of a run with known operations, delays and sizes.
-TEST(MiddlewareTest, WindowStatsOfKnownRun) {
+TEST_P(MiddlewareTest, WindowStatsOfKnownRun) {
   TestEngine engine;
   engine.get_delay_ns = 100000;  // 100 us
   engine.put_delay_ns = 300000;  // 300 us
@@ -539,7 +551,7 @@ TEST(MiddlewareTest, WindowStatsOfKnownRun) {
 }
 
 // Windows close periodically; a window that sees a stuck queue reports its length.
-TEST(MiddlewareTest, PeriodicWindowsAndQueueSampling) {
+TEST_P(MiddlewareTest, PeriodicWindowsAndQueueSampling) {
   TestEngine engine;
   MiddlewareOptions o = SmallOptions();
   o.window_s = 0.05;

@@ -37,9 +37,10 @@ struct LoadResult {
 
 // Runs `resizes` random resizes against sync and async clients; returns per-key
 // accounting. `stop_during_load` calls Stop while clients and the resizer still run.
-void RunResizeUnderLoad(int resizes, bool stop_during_load) {
+void RunResizeUnderLoad(int resizes, bool stop_during_load, Execution mode) {
   TestEngine engine;
   MiddlewareOptions o;
+  o.execution = mode;
   o.max_threads = kSanitized ? 6 : 12;
   o.window_s = 0.02;  // the monitor closes windows concurrently with everything else
   o.queue_sample_s = 0.001;
@@ -167,19 +168,28 @@ void RunResizeUnderLoad(int resizes, bool stop_during_load) {
   EXPECT_LE(ba, o.max_threads);
 }
 
-TEST(ResizeTest, ThousandsOfResizesUnderLoadLoseNothing) {
-  RunResizeUnderLoad(kSanitized ? 1200 : 4000, /*stop_during_load=*/false);
+class ResizeTest : public ::testing::TestWithParam<Execution> {};
+
+INSTANTIATE_TEST_SUITE_P(Modes, ResizeTest,
+                         ::testing::Values(Execution::kCallerRuns, Execution::kHandOff),
+                         [](const ::testing::TestParamInfo<Execution>& info) {
+                           return info.param == Execution::kHandOff ? "HandOff" : "CallerRuns";
+                         });
+
+TEST_P(ResizeTest, ThousandsOfResizesUnderLoadLoseNothing) {
+  RunResizeUnderLoad(kSanitized ? 1200 : 4000, /*stop_during_load=*/false, GetParam());
 }
 
-TEST(ResizeTest, StopDuringResizesAndLoadLosesNothing) {
-  RunResizeUnderLoad(kSanitized ? 1000 : 3000, /*stop_during_load=*/true);
+TEST_P(ResizeTest, StopDuringResizesAndLoadLosesNothing) {
+  RunResizeUnderLoad(kSanitized ? 1000 : 3000, /*stop_during_load=*/true, GetParam());
 }
 
 // Shrinking to one worker while the queue is deep: the remaining worker drains it.
-TEST(ResizeTest, ShrinkWithDeepQueueStillDrains) {
+TEST_P(ResizeTest, ShrinkWithDeepQueueStillDrains) {
   TestEngine engine;
   engine.put_delay_ns = 50000;
   MiddlewareOptions o;
+  o.execution = GetParam();
   o.max_threads = 8;
   o.window_s = 60;
   Middleware mw(o);

@@ -1,13 +1,16 @@
 // TestEngine: an in-memory Engine for the middleware tests, with injectable per-op
-// delays, a gate that blocks operations until opened, a failure key, and counters
-// (calls per op, operations in flight and their maximum, executions per key).
+// delays, a gate that blocks operations until opened, a failure key, a hook run inside
+// every operation, and counters (calls per op, operations in flight and their maximum,
+// overall and per first character of the key, executions per key).
 #ifndef NVMW_TESTS_MIDDLEWARE_TEST_ENGINE_H_
 #define NVMW_TESTS_MIDDLEWARE_TEST_ENGINE_H_
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <array>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -28,6 +31,9 @@ class TestEngine : public Engine {
   std::string fail_key = "__fail__";
   // Record the order in which keys are executed (FIFO tests).
   std::atomic<bool> record_order{false};
+  // Runs inside every operation (after the gate, before the delay), on the thread that
+  // runs it. Set before the engine is used; not changed while operations run.
+  std::function<void(std::string_view key)> on_op;
 
   Status Get(std::string_view key, const ValueFn& fn) override {
     Scope scope(this, OpKind::kGet, key);
@@ -89,6 +95,16 @@ class TestEngine : public Engine {
   uint64_t removes() const { return removes_.load(); }
   int max_inflight() const { return max_inflight_.load(); }
   int inflight() const { return inflight_.load(); }
+  // The same per first character of the key (tests give each class its own prefix).
+  int max_inflight(char prefix) const { return max_by_prefix_[Slot(prefix)].load(); }
+  int inflight(char prefix) const { return inflight_by_prefix_[Slot(prefix)].load(); }
+  // Restarts the maxima from the operations in flight now.
+  void ResetMaxInflight() {
+    max_inflight_.store(inflight_.load());
+    for (size_t i = 0; i < max_by_prefix_.size(); ++i) {
+      max_by_prefix_[i].store(inflight_by_prefix_[i].load());
+    }
+  }
 
   // Executions per key (every operation, whatever its result).
   std::unordered_map<std::string, int> Executions() {
@@ -103,16 +119,23 @@ class TestEngine : public Engine {
  private:
   enum class OpKind { kGet, kPut, kRemove };
 
+  static size_t Slot(char c) { return static_cast<unsigned char>(c) % 128; }
+  static void RaiseMax(std::atomic<int>& max, int now) {
+    int prev = max.load();
+    while (now > prev && !max.compare_exchange_weak(prev, now)) {
+    }
+  }
+
   struct Scope {
-    Scope(TestEngine* e, OpKind kind, std::string_view key) : e_(e) {
-      const int now = e_->inflight_.fetch_add(1) + 1;
-      int prev = e_->max_inflight_.load();
-      while (now > prev && !e_->max_inflight_.compare_exchange_weak(prev, now)) {
-      }
+    Scope(TestEngine* e, OpKind kind, std::string_view key)
+        : e_(e), slot_(key.empty() ? 0 : Slot(key[0])) {
+      RaiseMax(e_->max_inflight_, e_->inflight_.fetch_add(1) + 1);
+      RaiseMax(e_->max_by_prefix_[slot_], e_->inflight_by_prefix_[slot_].fetch_add(1) + 1);
       {
         std::unique_lock<std::mutex> lock(e_->gate_mu_);
         e_->gate_cv_.wait(lock, [this] { return e_->gate_open_; });
       }
+      if (e_->on_op) e_->on_op(key);
       {
         std::lock_guard<std::mutex> lock(e_->exec_mu_);
         ++e_->executions_[std::string(key)];
@@ -126,8 +149,12 @@ class TestEngine : public Engine {
       }
       if (delay > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(delay));
     }
-    ~Scope() { e_->inflight_.fetch_sub(1); }
+    ~Scope() {
+      e_->inflight_by_prefix_[slot_].fetch_sub(1);
+      e_->inflight_.fetch_sub(1);
+    }
     TestEngine* e_;
+    size_t slot_;
   };
 
   std::mutex mu_;
@@ -140,6 +167,7 @@ class TestEngine : public Engine {
   std::vector<std::string> order_;
   std::atomic<uint64_t> gets_{0}, puts_{0}, removes_{0};
   std::atomic<int> inflight_{0}, max_inflight_{0};
+  std::array<std::atomic<int>, 128> inflight_by_prefix_{}, max_by_prefix_{};
 };
 
 }  // namespace nvmw::testing
