@@ -251,7 +251,9 @@ struct Middleware::Impl {
   void Park(Pool& p, int slot);
   StatsShard* NewShard();
   Status ResizeLocked(int cls, int n);
-  Status Resize(const int delta_or_size[2], bool absolute);
+  // Sets both classes' limits and pools to (interactive, batch), or, when action >= 0,
+  // to the current ones after that action (thesis Table 3.3, clamped by ApplyAction).
+  Status Resize(int action, int interactive, int batch);
 
   // ---- monitor (middleware_monitor.cc) ----
   uint64_t QueueLen(int c) const;

@@ -6,6 +6,7 @@
 #include <exception>
 #include <string>
 #include <system_error>
+#include <tuple>
 #include <utility>
 
 #include <sys/resource.h>
@@ -197,17 +198,22 @@ Status Middleware::Impl::ResizeLocked(int cls, int n) {
   return Status::OK();
 }
 
-Status Middleware::Impl::Resize(const int delta_or_size[2], bool absolute) {
+Status Middleware::Impl::Resize(int action, int interactive, int batch) {
   if (!started.load(std::memory_order_acquire) || !accepting.load(std::memory_order_acquire)) {
     return Status::Shutdown("middleware is not running");
   }
-  if (!options.control) return Status::OK();  // no pools: nothing to resize
+  if (!options.control) return Status::OK();  // no limits: nothing to resize
   std::lock_guard<std::mutex> lock(ctl_mu);
   if (pools_closed) return Status::Shutdown("middleware is stopping");
+  if (action >= 0) {
+    std::tie(interactive, batch) =
+        ApplyAction(pools[0]->target.load(std::memory_order_relaxed),
+                    pools[1]->target.load(std::memory_order_relaxed), action, options.max_threads);
+  }
+  const int sizes[kClasses] = {interactive, batch};
   for (int c = 0; c < kClasses; ++c) {
     const int current = pools[c]->target.load(std::memory_order_relaxed);
-    const int n = absolute ? delta_or_size[c]
-                           : std::clamp(current + delta_or_size[c], 1, options.max_threads);
+    const int n = sizes[c];
     if (n == current) continue;
     Status s = ResizeLocked(c, n);
     if (!s.ok()) return s;
@@ -221,8 +227,7 @@ Status Middleware::PerformAction(int action) {
   if (action < 0 || action >= kNumActions) {
     return Status::InvalidArgument("action must be in [0, 8], got " + std::to_string(action));
   }
-  const int delta[kClasses] = {kActionDeltas[action][0], kActionDeltas[action][1]};
-  return impl_->Resize(delta, false);
+  return impl_->Resize(action, 0, 0);
 }
 
 Status Middleware::SetThreads(int interactive, int batch) {
@@ -232,8 +237,7 @@ Status Middleware::SetThreads(int interactive, int batch) {
                                    "], got (" + std::to_string(interactive) + ", " +
                                    std::to_string(batch) + ")");
   }
-  const int sizes[kClasses] = {interactive, batch};
-  return impl_->Resize(sizes, true);
+  return impl_->Resize(-1, interactive, batch);
 }
 
 void Middleware::GetThreads(int* interactive, int* batch) const {
