@@ -1,13 +1,14 @@
-// Simulator: a virtual-time discrete-event model of nvmw under a two-class workload
-// (DESIGN section 7). Same pieces as the real system: trace-paced clients, the two FIFO
-// queues and worker pools (or the no-control baseline where callers run their own
-// operations), a CPU shared by every runnable thread, and the device model of
-// device.h in virtual time. One RunWindow() call produces the WindowStats the real
-// middleware's monitor would report for one window, in microseconds of CPU time rather
-// than seconds of wall time, so RL training runs hundreds of episodes in minutes.
+// Simulator: a virtual-time discrete-event model of nvmw under a two-class workload.
+// Same pieces as the real system: trace-paced clients, the two FIFO queues and worker
+// pools (or the no-control baseline where callers run their own operations), a CPU
+// shared by every runnable thread, and the device model of device.h in virtual time.
+// One RunWindow() call produces the WindowStats the real middleware's monitor would
+// report for one window, in microseconds of CPU time rather than seconds of wall time,
+// so reinforcement-learning training (hundreds of episodes per workload phase, as in
+// the thesis) takes minutes instead of days.
 //
 // The free parameters (SimParams: CPU costs, wake-up cost, copy bandwidth, jitter) are
-// fitted from a sweep of the real system (nvmw.lab.sim.fit).
+// fitted from a sweep of the real system (`nvmw sim fit`).
 #ifndef NVMW_SIM_H_
 #define NVMW_SIM_H_
 

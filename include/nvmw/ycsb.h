@@ -1,6 +1,6 @@
 // YCSB-style workload generator: closed-loop client threads issuing reads,
 // updates and inserts against a Middleware (either mode) or an Engine directly,
-// with client-side latency measurement (thesis 4.1.3; DESIGN section 5).
+// with client-side latency measurement (thesis Section 4.1.3).
 //
 // A run has two phases, as in YCSB: Load() inserts `record_count` records, then
 // Run() (or Start/Stop/Join in the background) issues the transaction mix.

@@ -29,24 +29,17 @@
 #include <thread>
 
 #include "nvmw/device.h"
+#include "util/clock.h"
+#include "util/spin.h"
 
 namespace nvmw {
 
 namespace {
 
-int64_t MonotonicNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
+// Time is the core's clock, nvmw::NowNs (std::chrono::steady_clock, which is
+// CLOCK_MONOTONIC on Linux): the absolute deadlines below are slept on with
+// clock_nanosleep(CLOCK_MONOTONIC) and the timer thread's condition variable waits on
+// steady_clock time points.
 
 // Raw futex: waking an address whose owner has already returned is harmless (no write
 // to that memory), which lets a departure wake a waiter whose Job lives on its stack.
@@ -72,7 +65,7 @@ void UseFineTimerSlack() {
 // Until the monotonic clock reads `deadline_ns`: sleep with an absolute deadline when
 // the wait is long, spin the last short stretch.
 void WaitUntilNs(int64_t deadline_ns, uint64_t spin_below_ns) {
-  int64_t now = MonotonicNs();
+  int64_t now = NowNs();
   if (deadline_ns - now > static_cast<int64_t>(spin_below_ns)) {
     UseFineTimerSlack();
     timespec ts;
@@ -81,7 +74,7 @@ void WaitUntilNs(int64_t deadline_ns, uint64_t spin_below_ns) {
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
     }
   }
-  while (MonotonicNs() < deadline_ns) CpuRelax();
+  while (NowNs() < deadline_ns) CpuRelax();
 }
 
 struct Job {
@@ -108,7 +101,7 @@ class EmulatedDeviceImpl final : public EmulatedDevice {
         model_(profile),
         options_(options),
         passthrough_(profile.passthrough),
-        epoch_ns_(MonotonicNs()),
+        epoch_ns_(::nvmw::NowNs()),
         rng_(options.seed) {
     max_spinning_ = options_.max_spinning_threads;
     if (max_spinning_ == 0) {
@@ -179,7 +172,8 @@ class EmulatedDeviceImpl final : public EmulatedDevice {
   }
 
  private:
-  double NowNs() const { return static_cast<double>(MonotonicNs() - epoch_ns_); }
+  // Emulator time: ns since creation (hides the free NowNs inside the class).
+  double NowNs() const { return static_cast<double>(::nvmw::NowNs() - epoch_ns_); }
 
   // One access: join the device, wait for the transfer to finish, then the tail.
   void Hold(DeviceOp op, uint64_t bytes) {
@@ -352,7 +346,7 @@ class EmulatedDeviceImpl final : public EmulatedDevice {
   const DeviceModel model_;
   const EmulatedDeviceOptions options_;
   const bool passthrough_;
-  const int64_t epoch_ns_;  // MonotonicNs() at creation; emulator time 0
+  const int64_t epoch_ns_;  // nvmw::NowNs() at creation; emulator time 0
   uint32_t max_spinning_ = 1;
   double stall_probability_ = 0;
 

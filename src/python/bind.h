@@ -42,7 +42,7 @@ void BindOverheadBench(nb::module_& m);// bind_overhead.cc: `nvmw bench overhead
 void BindDevice(nb::module_& m);       // bind_device.cc: device model, emulated device
 void BindTrace(nb::module_& m);        // bind_trace.cc: trace readers, synth, replay
 void BindYcsb(nb::module_& m);         // bind_ycsb.cc: YCSB-style generator
-void BindSim(nb::module_& m);          // bind_sim.cc: the simulator (DESIGN section 7)
+void BindSim(nb::module_& m);          // bind_sim.cc: the simulator (nvmw/sim.h)
 
 }  // namespace nvmw::py
 

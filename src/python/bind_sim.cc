@@ -1,6 +1,6 @@
 // Python binding of the simulator (include/nvmw/sim.h): `_core.Simulator`, driven by
-// nvmw.lab.sim.SimEnv. Parameters travel as dicts so that a fitted parameter file
-// (JSON) maps onto SimParams field by field.
+// the Python simulator environment (SimEnv). Parameters travel as dicts so that a
+// fitted parameter file (JSON) maps onto SimParams field by field.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>

@@ -7,7 +7,7 @@
 
 namespace nvmw {
 
-Histogram::Histogram() : buckets_(kNumBuckets, 0) {}
+Histogram::Histogram() = default;
 
 int Histogram::BucketIndex(uint64_t value) {
   if (value < kSub) return static_cast<int>(value);
@@ -33,6 +33,7 @@ uint64_t Histogram::BucketHigh(int index) {
 
 void Histogram::Record(uint64_t value) {
   const int i = BucketIndex(value);
+  if (static_cast<size_t>(i) >= buckets_.size()) buckets_.resize(static_cast<size_t>(i) + 1, 0);
   ++buckets_[i];
   ++count_;
   sum_ += value;
@@ -45,6 +46,9 @@ void Histogram::Record(uint64_t value) {
 
 void Histogram::Merge(const Histogram& other) {
   if (other.count_ == 0) return;
+  if (static_cast<size_t>(other.highest_used_) >= buckets_.size()) {
+    buckets_.resize(static_cast<size_t>(other.highest_used_) + 1, 0);
+  }
   for (int i = other.lowest_used_; i <= other.highest_used_; ++i) buckets_[i] += other.buckets_[i];
   count_ += other.count_;
   sum_ += other.sum_;
@@ -89,6 +93,8 @@ double Histogram::Percentile(double p) const {
   p = std::clamp(p, 0.0, 100.0);
   uint64_t rank = static_cast<uint64_t>(std::ceil(p / 100.0 * static_cast<double>(count_)));
   rank = std::clamp<uint64_t>(rank, 1, count_);
+  if (rank == count_) return static_cast<double>(max_);
+  if (rank == 1) return static_cast<double>(min_);
   uint64_t seen = 0;
   for (int i = lowest_used_; i <= highest_used_; ++i) {
     seen += buckets_[i];

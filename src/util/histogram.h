@@ -1,10 +1,13 @@
-// Histogram: log-linear latency histogram (HdrHistogram-like) used by the middleware's
-// per-window statistics. Values are non-negative integers (nanoseconds in nvmw).
+// Histogram: the one log-linear latency histogram (HdrHistogram-like) of the C++ core: the
+// middleware's and the simulator's per-window statistics, the trace replay's and the
+// YCSB workload's client-side latencies. Values are non-negative integers (nanoseconds).
 //
 // Buckets: values below 128 each get their own bucket (exact); above, every power of two
 // [2^e, 2^(e+1)) is split into 128 equal sub-buckets, so a bucket is at most 1/128 of its
 // lower bound wide and its midpoint is within 0.4 % of any value in it (<= 1 % required).
-// Count, sum, sum of squares, min and max are kept exactly, so mean/std/max are exact.
+// Count, sum, sum of squares, min and max are kept exactly, so mean/std/min/max are exact.
+// Bucket memory grows with the largest value recorded (about 18 KB up to 10 ms) and an
+// empty histogram allocates nothing, so idle per-thread histograms cost nothing.
 //
 // Thread safety: none. Each recording thread owns one histogram; windows merge them.
 #ifndef NVMW_UTIL_HISTOGRAM_H_
@@ -38,8 +41,9 @@ class Histogram {
   double Mean() const;
   // Population standard deviation (0 with fewer than two samples).
   double StdDev() const;
-  // Nearest-rank percentile, p in [0, 100]: the midpoint of the bucket holding the
-  // ceil(p/100 * count)-th smallest sample, clamped to [min, max]. 0 when empty.
+  // Nearest-rank percentile, p in [0, 100]: the ceil(p/100 * count)-th smallest sample
+  // (rank at least 1), reported as the midpoint of its bucket clamped to [min, max]; the
+  // ranks 1 and count are the exact min and max. 0 when empty.
   double Percentile(double p) const;
 
   // Bucket layout, exposed for tests.
@@ -48,7 +52,7 @@ class Histogram {
   static uint64_t BucketHigh(int index);   // largest value in the bucket
 
  private:
-  std::vector<uint64_t> buckets_;
+  std::vector<uint64_t> buckets_;    // indices [0, size) allocated; grows on demand
   uint64_t count_ = 0;
   uint64_t sum_ = 0;                 // wraps only after ~584 years of nanoseconds
   unsigned __int128 sum_squares_ = 0;  // exact: 128 bits hold 2^64 samples of 2^32

@@ -15,20 +15,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "workload/trace_histogram.h"
-#include "workload/trace_util.h"
+#include "util/clock.h"
+#include "util/histogram.h"
+#include "util/rng.h"
 
 namespace nvmw {
 
-using trace_internal::LatencyHistogram;
-
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-}
 
 // Sleeps until the absolute steady-clock time `until_ns` (same epoch as NowNs) or
 // until *stop, checking the flag every few ms so Stop() is prompt. A sleep, never a
@@ -43,10 +36,12 @@ void SleepUntil(int64_t until_ns, const std::atomic<bool>& stop) {
   }
 }
 
+// One per client thread, merged at Join, so the hot path never shares a cache line with
+// another client (an idle client's histograms allocate nothing).
 struct ClientStats {
-  LatencyHistogram read, write;        // from the scheduled time
-  LatencyHistogram read_service, write_service;  // from the issue time
-  LatencyHistogram lag;                // issue - scheduled
+  Histogram read, write;                // from the scheduled time
+  Histogram read_service, write_service;  // from the issue time
+  Histogram lag;                        // issue - scheduled
   uint64_t read_errors = 0, write_errors = 0, not_found = 0;
   uint64_t read_bytes = 0, write_bytes = 0;
   uint64_t max_pass = 0;
@@ -202,16 +197,18 @@ struct Replay::Impl {
 
 namespace {
 
-void Fill(const LatencyHistogram& lat, const LatencyHistogram& svc, ReplayOpStats* out) {
+constexpr double kNsPerUs = 1e3;
+
+void Fill(const Histogram& lat, const Histogram& svc, ReplayOpStats* out) {
   out->ops = lat.count();
-  out->p50_us = lat.QuantileUs(0.50);
-  out->p99_us = lat.QuantileUs(0.99);
-  out->p999_us = lat.QuantileUs(0.999);
-  out->mean_us = lat.MeanUs();
-  out->max_us = lat.MaxUs();
-  out->service_p50_us = svc.QuantileUs(0.50);
-  out->service_p99_us = svc.QuantileUs(0.99);
-  out->service_mean_us = svc.MeanUs();
+  out->p50_us = lat.Percentile(50) / kNsPerUs;
+  out->p99_us = lat.Percentile(99) / kNsPerUs;
+  out->p999_us = lat.Percentile(99.9) / kNsPerUs;
+  out->mean_us = lat.Mean() / kNsPerUs;
+  out->max_us = static_cast<double>(lat.max()) / kNsPerUs;
+  out->service_p50_us = svc.Percentile(50) / kNsPerUs;
+  out->service_p99_us = svc.Percentile(99) / kNsPerUs;
+  out->service_mean_us = svc.Mean() / kNsPerUs;
 }
 
 }  // namespace
@@ -239,7 +236,7 @@ Replay::Replay(Trace trace, const ReplayOptions& options) : impl_(new Impl) {
   m.offered_ops_per_s = static_cast<double>(recs.size()) / (static_cast<double>(m.period_ns) / 1e9);
   // Generated content; the 4 KB tail lets writes take shifted slices.
   m.value_buf.resize(max_bytes + 4096);
-  trace_internal::Rng rng(options.seed);
+  Rng rng(options.seed);
   for (size_t i = 0; i < m.value_buf.size(); i += 8) {
     uint64_t x = rng.Next();
     std::memcpy(&m.value_buf[i], &x, std::min<size_t>(8, m.value_buf.size() - i));
@@ -295,7 +292,7 @@ Status Replay::Join(ReplayResult* result) {
   for (auto& t : m.clients) t.join();
   m.clients.clear();
   m.started = false;
-  LatencyHistogram read, write, all, read_svc, write_svc, all_svc, lag;
+  Histogram read, write, all, read_svc, write_svc, all_svc, lag;
   ReplayResult r;
   int64_t last_done = m.start_ns;
   uint64_t max_pass = 0;
@@ -334,8 +331,8 @@ Status Replay::Join(ReplayResult* result) {
     r.bytes_per_s = static_cast<double>(r.all.bytes) / r.elapsed_s;
   }
   r.passes = any ? max_pass + 1 : 0;
-  r.lag_p50_us = lag.QuantileUs(0.50);
-  r.lag_p99_us = lag.QuantileUs(0.99);
+  r.lag_p50_us = lag.Percentile(50) / kNsPerUs;
+  r.lag_p99_us = lag.Percentile(99) / kNsPerUs;
   r.preloaded_keys = m.preloaded_keys;
   r.preload_s = m.preload_s;
   r.offered_ops_per_s = m.offered_ops_per_s;

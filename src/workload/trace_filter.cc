@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "nvmw/trace.h"
+#include "util/rng.h"
 #include "workload/trace_util.h"
 
 namespace nvmw {
@@ -56,7 +57,7 @@ Status TransformTrace(const Trace& in, const TraceTransform& t, Trace* out) {
     size_t writes = static_cast<size_t>(std::llround(t.write_ratio * static_cast<double>(recs.size())));
     std::vector<size_t> order(recs.size());
     std::iota(order.begin(), order.end(), 0);
-    trace_internal::Rng rng(t.seed ^ 0x5EEDu);
+    Rng rng(t.seed ^ 0x5EEDu);
     for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.Below(i)]);
     for (size_t i = 0; i < order.size(); ++i) {
       recs[order[i]].op = i < writes ? TraceOp::kWrite : TraceOp::kRead;

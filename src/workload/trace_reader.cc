@@ -10,7 +10,8 @@
 #include <unordered_map>
 
 #include "nvmw/trace.h"
-#include "trace_util.h"  // same directory: also found when fuzz/ compiles this file
+#include "../util/rng.h"  // relative paths: also found when fuzz/ compiles this file
+#include "trace_util.h"
 
 namespace nvmw {
 
@@ -348,7 +349,7 @@ Status FormatTrace(const Trace& trace, TraceFormat format, uint64_t seed, bool s
   std::unordered_map<std::string_view, uint64_t> version;
   std::vector<std::string> rows;
   rows.reserve(trace.records.size());
-  trace_internal::Rng rng(seed ^ 0xA2u);
+  Rng rng(seed ^ 0xA2u);
   for (const TraceRecord& r : trace.records) {
     uint64_t kh = StableHash(r.key, seed);
     uint64_t app = kh % 997;  // blobs group into apps

@@ -7,12 +7,12 @@
 #include <vector>
 
 #include "nvmw/trace.h"
+#include "util/rng.h"
 #include "workload/trace_util.h"
 
 namespace nvmw {
 
 using trace_internal::Base36;
-using trace_internal::Rng;
 using trace_internal::StableHash;
 
 namespace {
@@ -26,7 +26,7 @@ constexpr double kAzureSizeQuantiles[][2] = {
     {1.00, 1910124864}};
 
 uint64_t SampleAzureBlobBytes(Rng* rng) {
-  double u = rng->Uniform();
+  double u = rng->NextDouble();
   constexpr size_t n = sizeof(kAzureSizeQuantiles) / sizeof(kAzureSizeQuantiles[0]);
   for (size_t i = 1; i < n; ++i) {
     double q0 = kAzureSizeQuantiles[i - 1][0], q1 = kAzureSizeQuantiles[i][0];
@@ -68,7 +68,7 @@ Status SynthesizeAzure(const AzureSynthOptions& o, Trace* trace) {
   const double mean_gap_us = 1e6 / o.accesses_per_s;
   for (uint64_t i = 0; i < o.rows; ++i) {
     uint32_t b;
-    if (blobs.empty() || rng.Uniform() < o.new_blob_fraction) {
+    if (blobs.empty() || rng.NextDouble() < o.new_blob_fraction) {
       b = static_cast<uint32_t>(blobs.size());
       uint64_t bytes = SampleAzureBlobBytes(&rng);
       if (o.max_blob_bytes != 0) bytes = std::min(bytes, o.max_blob_bytes);
@@ -81,7 +81,7 @@ Status SynthesizeAzure(const AzureSynthOptions& o, Trace* trace) {
     // Rounded to ms like the real Timestamp column, so writing the trace as azure
     // and reading it back gives the same offsets.
     r.time_us = static_cast<int64_t>(t_us / 1000.0) * 1000;
-    r.op = rng.Uniform() < o.write_fraction ? TraceOp::kWrite : TraceOp::kRead;
+    r.op = rng.NextDouble() < o.write_fraction ? TraceOp::kWrite : TraceOp::kRead;
     r.key = blobs[b].name;
     r.bytes = blobs[b].bytes;
     trace->records.push_back(std::move(r));
@@ -115,7 +115,7 @@ Status SynthesizeSvd(const SvdSynthOptions& o, Trace* trace) {
     trace->records.push_back(std::move(r));
   };
   // Small start-up jitter so the parallel tasks of one stage do not fire at the same µs.
-  auto jitter = [&] { return rng.Uniform() * std::max(1.0, o.task_ms / 10); };
+  auto jitter = [&] { return rng.NextDouble() * std::max(1.0, o.task_ms / 10); };
   for (uint64_t job = 0; trace->records.size() < o.rows; ++job) {
     std::string p = "svd-" + run + "-" + std::to_string(job) + "-";
     double t = job_start_ms;

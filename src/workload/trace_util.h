@@ -1,6 +1,5 @@
-// Private helpers shared by the trace files: a small seeded PRNG (so synthetic
-// traces are identical on every platform, unlike std:: distributions), a stable
-// string hash, and text helpers for the CSV readers.
+// Private helpers shared by the trace files: a stable string hash and text helpers for
+// the CSV readers. (Their seeded generator is nvmw::Rng, src/util/rng.h.)
 #ifndef NVMW_WORKLOAD_TRACE_UTIL_H_
 #define NVMW_WORKLOAD_TRACE_UTIL_H_
 
@@ -10,28 +9,6 @@
 #include <string_view>
 
 namespace nvmw::trace_internal {
-
-// splitmix64: one multiply-xorshift step; good enough for workload generation and
-// fully specified, so a seed gives the same trace everywhere.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [0, 1).
-  double Uniform() { return (Next() >> 11) * 0x1.0p-53; }
-  // Uniform in [0, n); n > 0.
-  uint64_t Below(uint64_t n) { return static_cast<uint64_t>(Uniform() * static_cast<double>(n)) % n; }
-  // Exponential with the given mean.
-  double Exponential(double mean) { return -mean * std::log1p(-Uniform()); }
-
- private:
-  uint64_t state_;
-};
 
 // FNV-1a over the bytes, then a final mix; stable across runs and platforms.
 inline uint64_t StableHash(std::string_view s, uint64_t seed = 0) {

@@ -9,13 +9,13 @@
 #include <mutex>
 #include <thread>
 
+#include "util/histogram.h"
+#include "util/rng.h"
 #include "workload/ycsb_generators.h"
 
 namespace nvmw {
 
 using Clock = std::chrono::steady_clock;
-using ycsb::LatencyHistogram;
-using ycsb::Rng;
 
 Status ParseKeyDistribution(std::string_view name, KeyDistribution* out) {
   if (name == "uniform") *out = KeyDistribution::kUniform;
@@ -50,10 +50,10 @@ enum OpKind { kRead = 0, kUpdate = 1, kInsert = 2, kNumKinds = 3 };
 
 // What one client thread measured; merged after Join (never shared while running).
 struct ThreadStats {
-  LatencyHistogram hist[kNumKinds];
+  Histogram hist[kNumKinds];
   uint64_t errors[kNumKinds] = {0, 0, 0};
   uint64_t not_found = 0;
-  std::vector<std::unique_ptr<LatencyHistogram>> intervals;
+  std::vector<Histogram> intervals;  // per interval_s of the run (empty ones allocate nothing)
   Clock::time_point end;
   std::string first_error;
 };
@@ -69,7 +69,7 @@ class KeyChooser {
   uint64_t Next(Rng* rng, uint64_t inserted) {
     switch (dist_) {
       case KeyDistribution::kUniform:
-        return rng->Uniform(inserted);
+        return rng->Below(inserted);
       case KeyDistribution::kLatest:
         return latest_.Next(rng, inserted);
       case KeyDistribution::kZipfian:
@@ -91,16 +91,16 @@ class KeyChooser {
   ycsb::SkewedLatestGenerator latest_;
 };
 
-void FillOpStats(const LatencyHistogram& h, uint64_t errors, double elapsed_s, YcsbOpStats* s) {
+void FillOpStats(const Histogram& h, uint64_t errors, double elapsed_s, YcsbOpStats* s) {
   s->ops = h.count();
   s->errors = errors;
   s->ops_per_s = elapsed_s > 0 ? h.count() / elapsed_s : 0;
   s->mean_us = h.Mean() / 1e3;
   s->min_us = h.min() / 1e3;
   s->max_us = h.max() / 1e3;
-  s->p50_us = h.Percentile(0.50) / 1e3;
-  s->p99_us = h.Percentile(0.99) / 1e3;
-  s->p999_us = h.Percentile(0.999) / 1e3;
+  s->p50_us = h.Percentile(50) / 1e3;
+  s->p99_us = h.Percentile(99) / 1e3;
+  s->p999_us = h.Percentile(99.9) / 1e3;
 }
 
 }  // namespace
@@ -152,7 +152,7 @@ void YcsbGenerator::Impl::Client(int t) {
   Rng rng(opt.seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(t) + 1);
   KeyChooser chooser(opt, key_space);
   std::string value(opt.value_bytes, '\0');
-  for (char& c : value) c = static_cast<char>('a' + rng.Uniform(26));
+  for (char& c : value) c = static_cast<char>('a' + rng.Below(26));
   std::string key, read_buf;
 
   const double read_p = opt.read_proportion;
@@ -196,7 +196,7 @@ void YcsbGenerator::Impl::Client(int t) {
     const auto end = Clock::now();
     const uint64_t ns = static_cast<uint64_t>(
         std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(end - begin).count()));
-    st.hist[kind].Add(ns);
+    st.hist[kind].Record(ns);
     if (s.IsNotFound()) {
       ++st.not_found;
     } else if (!s.ok()) {
@@ -207,8 +207,7 @@ void YcsbGenerator::Impl::Client(int t) {
       const double since = std::chrono::duration<double, std::nano>(end - run_start).count();
       const size_t idx = static_cast<size_t>(std::max(0.0, since) / interval_ns);
       if (idx >= st.intervals.size()) st.intervals.resize(idx + 1);
-      if (!st.intervals[idx]) st.intervals[idx] = std::make_unique<LatencyHistogram>();
-      st.intervals[idx]->Add(ns);
+      st.intervals[idx].Record(ns);
     }
   }
   st.end = Clock::now();
@@ -286,7 +285,7 @@ Status YcsbGenerator::Load() {
     loaders.emplace_back([&, t] {
       Rng rng(m.opt.seed ^ (0x5851f42d4c957f2dull * (t + 1)));
       std::string value(m.opt.value_bytes, '\0');
-      for (char& c : value) c = static_cast<char>('a' + rng.Uniform(26));
+      for (char& c : value) c = static_cast<char>('a' + rng.Below(26));
       std::string key;
       const uint64_t lo = m.opt.record_count * t / n_threads;
       const uint64_t hi = m.opt.record_count * (t + 1) / n_threads;
@@ -368,9 +367,9 @@ Status YcsbGenerator::Results(YcsbResults* r) const {
   if (!m.joined) return Status::NotSupported("ycsb: Results before Join");
 
   Clock::time_point last_end = m.run_start;
-  LatencyHistogram total, per_kind[kNumKinds];
+  Histogram total, per_kind[kNumKinds];
   uint64_t errors[kNumKinds] = {0, 0, 0}, not_found = 0;
-  std::vector<LatencyHistogram> intervals;
+  std::vector<Histogram> intervals;
   for (const auto& st : m.stats) {
     last_end = std::max(last_end, st->end);
     for (int k = 0; k < kNumKinds; ++k) {
@@ -381,7 +380,7 @@ Status YcsbGenerator::Results(YcsbResults* r) const {
     not_found += st->not_found;
     if (st->intervals.size() > intervals.size()) intervals.resize(st->intervals.size());
     for (size_t i = 0; i < st->intervals.size(); ++i) {
-      if (st->intervals[i]) intervals[i].Merge(*st->intervals[i]);
+      intervals[i].Merge(st->intervals[i]);
     }
     if (r->first_error.empty()) r->first_error = st->first_error;
   }
@@ -398,8 +397,8 @@ Status YcsbGenerator::Results(YcsbResults* r) const {
     const double len = std::min(m.opt.interval_s, r->elapsed_s - iv.start_s);
     iv.ops = intervals[i].count();
     iv.ops_per_s = len > 0 ? iv.ops / len : 0;
-    iv.p50_us = intervals[i].Percentile(0.50) / 1e3;
-    iv.p99_us = intervals[i].Percentile(0.99) / 1e3;
+    iv.p50_us = intervals[i].Percentile(50) / 1e3;
+    iv.p99_us = intervals[i].Percentile(99) / 1e3;
     iv.mean_us = intervals[i].Mean() / 1e3;
     r->intervals.push_back(iv);
   }

@@ -1,24 +1,13 @@
-// Key-choice generators and the latency histogram of the YCSB-style workload.
+// Key-choice generators of the YCSB-style workload.
 #include "workload/ycsb_generators.h"
 
 #include <algorithm>
-#include <bit>
 #include <charconv>
 #include <cmath>
-#include <cstring>
 
 namespace nvmw::ycsb {
 
 namespace {
-
-uint64_t SplitMix64(uint64_t* x) {
-  uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 // Below this many terms Zeta sums exactly (a million pow() calls is ~20 ms).
 constexpr uint64_t kExactZetaTerms = 1u << 16;
@@ -26,23 +15,6 @@ constexpr uint64_t kExactZetaTerms = 1u << 16;
 constexpr uint64_t kSplit = 1u << 12;
 
 }  // namespace
-
-Rng::Rng(uint64_t seed) {
-  uint64_t x = seed;
-  for (uint64_t& s : s_) s = SplitMix64(&x);
-}
-
-uint64_t Rng::Next() {
-  const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
-  const uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = Rotl(s_[3], 45);
-  return result;
-}
 
 uint64_t FnvHash64(uint64_t v) {
   uint64_t hash = 0xcbf29ce484222325ull;
@@ -126,56 +98,4 @@ uint64_t ZipfianGenerator::Next(Rng* rng) const {
 
 ScrambledZipfianGenerator::ScrambledZipfianGenerator(uint64_t items, double theta)
     : items_(std::max<uint64_t>(items, 1)), zipf_(kItemSpace, theta) {}
-
-LatencyHistogram::LatencyHistogram() { std::memset(counts_, 0, sizeof(counts_)); }
-
-int LatencyHistogram::BucketOf(uint64_t ns) {
-  if (ns < static_cast<uint64_t>(kSub)) return static_cast<int>(ns);
-  int e = 63 - std::countl_zero(ns);
-  if (e > kMaxExp) return kBuckets - 1;
-  const int sub = static_cast<int>((ns >> (e - kSubBits)) & (kSub - 1));
-  return kSub + (e - kSubBits) * kSub + sub;
-}
-
-double LatencyHistogram::BucketMid(int bucket) {
-  if (bucket < kSub) return bucket;
-  const int e = (bucket - kSub) / kSub + kSubBits;
-  const int sub = (bucket - kSub) % kSub;
-  const double width = std::ldexp(1.0, e - kSubBits);
-  const double low = (kSub + sub) * width;
-  return low + (width - 1) / 2;
-}
-
-void LatencyHistogram::Add(uint64_t ns) {
-  ++counts_[BucketOf(ns)];
-  ++count_;
-  sum_ += ns;
-  min_ = std::min(min_, ns);
-  max_ = std::max(max_, ns);
-}
-
-void LatencyHistogram::Merge(const LatencyHistogram& other) {
-  for (int i = 0; i < kBuckets; ++i) counts_[i] += other.counts_[i];
-  count_ += other.count_;
-  sum_ += other.sum_;
-  min_ = std::min(min_, other.min_);
-  max_ = std::max(max_, other.max_);
-}
-
-double LatencyHistogram::Percentile(double q) const {
-  if (count_ == 0) return 0;
-  q = std::clamp(q, 0.0, 1.0);
-  const uint64_t rank = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(q * count_)));
-  if (rank >= count_) return static_cast<double>(max_);  // the largest sample is exact
-  uint64_t seen = 0;
-  for (int i = 0; i < kBuckets; ++i) {
-    seen += counts_[i];
-    if (seen >= rank) {
-      // Never report outside the exact observed range.
-      return std::clamp(BucketMid(i), static_cast<double>(min_), static_cast<double>(max_));
-    }
-  }
-  return static_cast<double>(max_);
-}
-
 }  // namespace nvmw::ycsb

@@ -1,6 +1,6 @@
-// Random number and key-choice generators of the YCSB-style workload (private):
-// a small PRNG, FNV hashing, the Gray et al. zipfian generator and YCSB's
-// scrambled-zipfian and skewed-latest variants built on it.
+// Key-choice generators of the YCSB-style workload (private): FNV hashing, the Gray et
+// al. zipfian generator and YCSB's scrambled-zipfian and skewed-latest variants built on
+// it. They draw from the core's seeded generator, nvmw::Rng (src/util/rng.h).
 //
 // None of these is thread-safe: each client thread owns its own copies.
 #ifndef NVMW_WORKLOAD_YCSB_GENERATORS_H_
@@ -9,23 +9,9 @@
 #include <cstdint>
 #include <string>
 
+#include "util/rng.h"
+
 namespace nvmw::ycsb {
-
-// xoshiro256** seeded through splitmix64: fast, good quality, reproducible.
-class Rng {
- public:
-  explicit Rng(uint64_t seed);
-  uint64_t Next();
-  // Uniform in [0, 1).
-  double NextDouble() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
-  // Uniform in [0, n), n > 0 (multiply-shift; bias below 2^-64 * n).
-  uint64_t Uniform(uint64_t n) {
-    return static_cast<uint64_t>((static_cast<unsigned __int128>(Next()) * n) >> 64);
-  }
-
- private:
-  uint64_t s_[4];
-};
 
 // FNV-1a over the 8 bytes of v (little-endian), as YCSB's fnvhash64 intends.
 uint64_t FnvHash64(uint64_t v);
@@ -90,35 +76,6 @@ class SkewedLatestGenerator {
 
  private:
   ZipfianGenerator zipf_;
-};
-
-// Log-linear latency histogram in nanoseconds: exact below 64 ns, then 64
-// sub-buckets per power of two, so a reported percentile (bucket midpoint) is
-// within 0.8 % of the true value. Mean, min and max are exact.
-class LatencyHistogram {
- public:
-  static constexpr int kSubBits = 6;
-  static constexpr int kSub = 1 << kSubBits;
-  static constexpr int kMaxExp = 42;  // values are clamped near 2^42 ns (~73 min)
-  static constexpr int kBuckets = kSub + (kMaxExp - kSubBits + 1) * kSub;
-
-  LatencyHistogram();
-  void Add(uint64_t ns);
-  void Merge(const LatencyHistogram& other);
-  uint64_t count() const { return count_; }
-  // q in [0, 1]; 0 when empty. Returned in nanoseconds.
-  double Percentile(double q) const;
-  double Mean() const { return count_ ? static_cast<double>(sum_) / count_ : 0; }
-  uint64_t min() const { return count_ ? min_ : 0; }
-  uint64_t max() const { return max_; }
-
-  static int BucketOf(uint64_t ns);
-  // Midpoint of a bucket's value range.
-  static double BucketMid(int bucket);
-
- private:
-  uint64_t count_ = 0, sum_ = 0, min_ = UINT64_MAX, max_ = 0;
-  uint32_t counts_[kBuckets];
 };
 
 }  // namespace nvmw::ycsb

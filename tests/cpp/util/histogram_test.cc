@@ -144,5 +144,55 @@ TEST(HistogramTest, ClearForgetsEverything) {
   EXPECT_EQ(h.min(), 300u);
 }
 
+TEST(HistogramTest, ArithmeticSeriesAndExactExtremes) {
+  // (Formerly the YCSB workload's own histogram test; same assertions, p in [0, 100].)
+  Histogram h;
+  for (uint64_t v = 1; v <= 100000; ++v) h.Record(v * 37);
+  EXPECT_EQ(h.count(), 100000u);
+  EXPECT_NEAR(h.Percentile(50), 50000 * 37.0, 0.01 * 50000 * 37);
+  EXPECT_NEAR(h.Percentile(99), 99000 * 37.0, 0.01 * 99000 * 37);
+  EXPECT_NEAR(h.Mean(), 50000.5 * 37, 1e-6);
+  EXPECT_EQ(h.min(), 37u);
+  EXPECT_EQ(h.max(), 3700000u);
+  // The largest and smallest samples are known exactly, not as a bucket midpoint.
+  EXPECT_EQ(h.Percentile(100), 3700000.0);
+  EXPECT_EQ(h.Percentile(0), 37.0);
+  Histogram empty;
+  EXPECT_EQ(empty.Percentile(99), 0);
+  h.Merge(empty);
+  EXPECT_EQ(h.count(), 100000u);
+}
+
+TEST(HistogramTest, RankOfTheMaxIsExactInSmallSamples) {
+  // 50 samples: p99 is rank ceil(49.5) = 50, the largest sample, reported exactly even
+  // though its bucket (above 128) is wider than one.
+  Histogram h;
+  for (uint64_t v = 1; v <= 50; ++v) h.Record(1000 + v * 13);
+  EXPECT_EQ(h.Percentile(99), 1650.0);
+  EXPECT_EQ(h.Percentile(2), 1013.0);  // rank 1: the smallest
+  // Rank 25 is 1325 (bucket 1320-1327 at this magnitude): the midpoint, within 0.4 %.
+  EXPECT_NEAR(h.Percentile(50), 1325.0, 1325.0 * 0.004);
+}
+
+TEST(HistogramTest, MergeIntoEmptyAndLargeAfterSmall) {
+  // Buckets are allocated up to the largest value seen: merging a histogram with larger
+  // values into one with only small values (or none) must still count every sample.
+  Histogram small, large, empty;
+  small.Record(5);
+  large.Record(uint64_t{1} << 50);
+  large.Record(3);
+  small.Merge(large);
+  empty.Merge(small);
+  for (const Histogram* h : {&small, &empty}) {
+    EXPECT_EQ(h->count(), 3u);
+    EXPECT_EQ(h->min(), 3u);
+    EXPECT_EQ(h->max(), uint64_t{1} << 50);
+    EXPECT_EQ(h->Percentile(50), 5.0);
+  }
+  large.Clear();
+  large.Record(7);
+  EXPECT_EQ(large.Percentile(100), 7.0);
+}
+
 }  // namespace
 }  // namespace nvmw

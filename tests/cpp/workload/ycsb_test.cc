@@ -16,7 +16,6 @@
 namespace nvmw {
 namespace {
 
-using ycsb::Rng;
 
 TEST(YcsbZeta, EulerMaclaurinMatchesExactSum) {
   const uint64_t n = 300000;  // beyond the exact-summation cut-off
@@ -113,22 +112,6 @@ TEST(YcsbZipfian, LatestFavoursNewestKeys) {
                              [](auto& a, auto& b) { return a.second < b.second; })->first, 499u);
   EXPECT_GT(count[499], count[498]);
   EXPECT_LT(count.begin()->first, 500u);
-}
-
-TEST(YcsbHistogram, PercentilesWithinOnePercent) {
-  ycsb::LatencyHistogram h;
-  for (uint64_t v = 1; v <= 100000; ++v) h.Add(v * 37);
-  EXPECT_EQ(h.count(), 100000u);
-  EXPECT_NEAR(h.Percentile(0.5), 50000 * 37.0, 0.01 * 50000 * 37);
-  EXPECT_NEAR(h.Percentile(0.99), 99000 * 37.0, 0.01 * 99000 * 37);
-  EXPECT_NEAR(h.Mean(), 50000.5 * 37, 1e-6);
-  EXPECT_EQ(h.min(), 37u);
-  EXPECT_EQ(h.max(), 3700000u);
-  EXPECT_EQ(h.Percentile(1.0), 3700000.0);
-  ycsb::LatencyHistogram empty;
-  EXPECT_EQ(empty.Percentile(0.99), 0);
-  h.Merge(empty);
-  EXPECT_EQ(h.count(), 100000u);
 }
 
 TEST(YcsbKeys, HashedKeysAreDistinctAndStable) {
