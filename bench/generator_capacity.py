@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from nvmw.lab.ycsb import YcsbConfig, measure_capacity
+from nvmw.workloads.ycsb import YcsbConfig, measure_capacity
 
 
 def main() -> None:

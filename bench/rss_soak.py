@@ -38,7 +38,7 @@ def main() -> int:
     os.environ.setdefault("PMEM_IS_PMEM_FORCE", "1")
 
     import nvmw
-    from nvmw.lab.ycsb import YcsbConfig, YcsbWorkload
+    from nvmw.workloads.ycsb import YcsbConfig, YcsbWorkload
 
     duration = args.minutes * 60
     samples = []

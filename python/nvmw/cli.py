@@ -8,6 +8,7 @@ import pkgutil
 import sys
 
 from nvmw import commands
+from nvmw.errors import NvmwError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,8 +32,6 @@ def main(argv: list[str] | None = None) -> int:
         argv = sys.argv[1:]
     args = parser.parse_args(argv)
     args.argv = list(argv)  # commands that re-exec themselves need the original words
-    from nvmw.errors import NvmwError
-
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -7,6 +7,7 @@ import os
 from typing import Any, Optional, Union
 
 from nvmw import _core
+from nvmw.devices import wrap_engine
 from nvmw.errors import InvalidArgumentError, NotFoundError
 
 Bytes = Union[bytes, bytearray, memoryview, str]
@@ -15,17 +16,10 @@ Bytes = Union[bytes, bytearray, memoryview, str]
 CLASSES = {"interactive": 0, "batch": 1, "auto": 2, None: 2}
 _OPS = {"get": 0, "put": 1, "remove": 2}
 
-#: Keys of each per-class dict in :meth:`Middleware.get_stats` (see docs/python-api.md).
-CLASS_STAT_KEYS = (
-    "ops", "errors", "rejected", "ops_per_s", "bytes_per_s", "p50_us", "p99_us", "p999_us",
-    "mean_us", "std_us", "max_us", "queue_len_end", "queue_len_mean", "mean_block_bytes",
-    "write_ratio", "threads",
-)
+#: Keys of each per-class dict in :meth:`Middleware.get_stats` (defined once, by the core).
+CLASS_STAT_KEYS = tuple(_core.CLASS_STAT_KEYS)
 #: Names of the 8 state features (thesis Table 3.2), in :meth:`Middleware.get_state` order.
-STATE_NAMES = (
-    "interactive_threads", "batch_threads", "interactive_queue_size", "batch_queue_size",
-    "interactive_block_size", "batch_block_size", "interactive_write_ratio", "batch_write_ratio",
-)
+STATE_NAMES = tuple(_core.STATE_NAMES)
 
 
 def _b(x: Bytes) -> bytes:
@@ -63,8 +57,6 @@ def open_engine(engine: Union[str, "_core.Engine"] = "pmem", path: Optional[str]
     else:
         raise InvalidArgumentError(f"unknown engine {engine!r}: use 'pmem' or 'memory'")
     if device and device != "none":
-        from nvmw.lab.device import wrap_engine
-
         core = wrap_engine(core, device)
     return core
 
@@ -91,6 +83,8 @@ class Middleware:
     queue_capacity: per-class queue bound; a full queue raises OverloadedError.
     batch_nice: CPU niceness (0..19) batch workers give themselves so interactive work runs
         first when the CPU is contended; trades batch throughput for interactive tail latency.
+    execution: ``"caller-runs"`` (default: a sync call with a free permit of its class runs
+        on the calling thread) or ``"handoff"`` (a worker runs every request).
 
     Blocking calls release the GIL. An acknowledged put is durable (pmem engine).
     Errors raise the typed exceptions of :mod:`nvmw.errors`.
@@ -102,7 +96,7 @@ class Middleware:
                  pool_size: int = 1 << 30, create_if_missing: bool = True,
                  batch_threshold_bytes: int = 64 * 1024, queue_capacity: int = 1 << 16,
                  no_control_max_inflight: int = 200, max_value_bytes: int = 512 << 20,
-                 spin_ns: int = 20000, batch_nice: int = 0):
+                 spin_ns: int = 20000, batch_nice: int = 0, execution: str = "caller-runs"):
         if window_s <= 0:
             raise InvalidArgumentError(f"window_s must be > 0, got {window_s}")
         self._engine = open_engine(engine, path, pool_size=pool_size,
@@ -115,7 +109,8 @@ class Middleware:
             max_threads=max_threads, window_s=window_s, control=control,
             no_control_max_inflight=no_control_max_inflight,
             batch_threshold_bytes=batch_threshold_bytes, queue_capacity=queue_capacity,
-            max_value_bytes=max_value_bytes, spin_ns=spin_ns, batch_nice=batch_nice)
+            max_value_bytes=max_value_bytes, spin_ns=spin_ns, batch_nice=batch_nice,
+            execution=execution)
 
     # -- storage ---------------------------------------------------------------------------
     def get(self, key: Bytes, cls: Optional[str] = None) -> Optional[bytes]:

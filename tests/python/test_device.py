@@ -11,14 +11,15 @@ import pytest
 
 from nvmw import _core
 from nvmw.errors import InvalidArgumentError, NotFoundError
-from nvmw.lab import device
+from nvmw import devices
+from nvmw.lab import device as device_lab
 
 try:
     import tomllib
 except ModuleNotFoundError:  # python < 3.11
     import tomli as tomllib
 
-DATA = Path(device.__file__).resolve().parent.parent / "data"
+DATA = Path(devices.__file__).resolve().parent / "data"
 FAST20 = DATA / "optane-fast20"
 BIG = 2 << 20
 
@@ -29,28 +30,28 @@ def column(file: str, name: str) -> list[float]:
 
 
 def test_shipped_profiles_are_listed_and_valid_toml():
-    names = device.list_profiles()
+    names = devices.list_profiles()
     assert {"none", "optane-1dimm", "optane-6dimm"} <= set(names)
     for name in names:
         with open(DATA / "devices" / f"{name}.toml", "rb") as f:
             doc = tomllib.load(f)  # the C++ subset reader must stay real TOML
         assert doc["name"] == name
-        p = device.load_profile(name)
+        p = devices.load_profile(name)
         assert p.name == name
         assert p.passthrough == doc.get("passthrough", False)
 
 
 def test_load_by_path_and_errors(tmp_path):
-    p = device.load_profile(DATA / "devices" / "optane-1dimm.toml")
+    p = devices.load_profile(DATA / "devices" / "optane-1dimm.toml")
     assert p.name == "optane-1dimm" and not p.passthrough
     with pytest.raises(NotFoundError, match="optane-1dimm"):
-        device.load_profile("optane-7dimm")
+        devices.load_profile("optane-7dimm")
     bad = tmp_path / "bad.toml"
     bad.write_text('name = "bad"\ndata_dir = "."\n[latency]\ncsv = [1]\n')
     with pytest.raises(InvalidArgumentError, match="bad.toml:4"):
-        device.load_profile(bad)
+        devices.load_profile(bad)
     with pytest.raises(InvalidArgumentError):
-        device.load_profile(42)
+        devices.load_profile(42)
 
 
 @pytest.mark.parametrize("profile,file,op,col", [
@@ -60,7 +61,7 @@ def test_load_by_path_and_errors(tmp_path):
     ("optane-6dimm", "04-bandwidth_thcount_optane.csv", "write", "Write(clwb)"),  # swapped header
 ])
 def test_model_reproduces_thread_sweep_within_5_percent(profile, file, op, col):
-    m = device.model(profile)
+    m = devices.model(profile)
     for n, measured in zip(column(file, "Threads"), column(file, col)):
         assert m.bandwidth(op, int(n), BIG) == pytest.approx(measured, rel=0.05)
         per_access = int(n) * BIG / m.service_time_ns(op, BIG, int(n))
@@ -80,7 +81,7 @@ def test_interleaved_write_columns_are_swapped():
 
 
 def test_access_size_efficiency_applied():
-    m = device.model("optane-1dimm")
+    m = devices.model("optane-1dimm")
     sizes = column("05-bandwidth_accesssize_optane_ni.csv", "AccessSize")
     writes = column("05-bandwidth_accesssize_optane_ni.csv", "Write(ntstore)")
     for s, w in zip(sizes, writes):
@@ -92,7 +93,7 @@ def test_access_size_efficiency_applied():
 
 
 def test_mixed_readers_writers_use_the_mix_factor():
-    m = device.model("optane-1dimm")
+    m = devices.model("optane-1dimm")
     p = m.profile
     mixed = 8 * m.rate_per_accessor("read", 8, 8) + 8 * m.rate_per_accessor("write", 8, 8)
     blend = 0.5 * p.read_bandwidth(16) + 0.5 * p.write_bandwidth(16)
@@ -101,7 +102,7 @@ def test_mixed_readers_writers_use_the_mix_factor():
 
 
 def test_bad_arguments_raise():
-    m = device.model("optane-1dimm")
+    m = devices.model("optane-1dimm")
     with pytest.raises(InvalidArgumentError, match="read' or 'write"):
         m.bandwidth("erase", 1, 64)
     with pytest.raises(InvalidArgumentError):
@@ -118,7 +119,7 @@ def test_profile_built_from_fields():
     p.write_latency_ns = 50.0
     p.read_bandwidth = _core.DeviceCurve([1, 4], [1.0, 4.0])
     p.write_bandwidth = _core.DeviceCurve([1, 2, 8], [2.0, 2.0, 1.0])
-    m = device.model(p)
+    m = devices.model(p)
     assert m.bandwidth("write", 8, 4096) == pytest.approx(1.0)
     assert m.service_time_ns("read", 1000, 1) == pytest.approx(100 + 1000 / 1.0)
     p.write_bandwidth = _core.DeviceCurve([2, 1], [1.0, 1.0])
@@ -128,19 +129,19 @@ def test_profile_built_from_fields():
 
 def test_wrap_engine_none_and_emulated():
     base = _core.new_memory_engine()
-    assert device.wrap_engine(base, "none") is base
-    assert device.wrap_engine(base, None) is base
-    emu = device.wrap_engine(base, "optane-1dimm")
+    assert devices.wrap_engine(base, "none") is base
+    assert devices.wrap_engine(base, None) is base
+    emu = devices.wrap_engine(base, "optane-1dimm")
     assert emu.name == "emulated"
     emu.put(b"key", b"v" * 5000)
     assert emu.get(b"key") == b"v" * 5000
     assert emu.get(b"nope") is None
     assert base.count() == 1
-    stats = device.device_stats(emu)
+    stats = devices.device_stats(emu)
     assert stats["write_accesses"] == 1 and stats["read_accesses"] == 2
     assert stats["write_bytes"] == 5003
     with pytest.raises(InvalidArgumentError):
-        device.device_stats(base)
+        devices.device_stats(base)
     del base  # the wrapper keeps its base engine alive
     assert emu.get(b"key") == b"v" * 5000
 
@@ -148,9 +149,9 @@ def test_wrap_engine_none_and_emulated():
 def test_emulated_writes_collapse_with_real_threads():
     # Shorter than the C++ test (which sweeps 1..4 writers): 2 writers vs 24 on 1 DIMM,
     # judged on the emulator's busy-time accounting, once the 24 really overlap.
-    low = device.bench("optane-1dimm", "write", 2, 2 << 20, 30, 120)
+    low = device_lab.bench("optane-1dimm", "write", 2, 2 << 20, 30, 120)
     for _ in range(3):
-        high = device.bench("optane-1dimm", "write", 24, 2 << 20, 40, 400)
+        high = device_lab.bench("optane-1dimm", "write", 24, 2 << 20, 40, 400)
         if high["mean_active_while_busy"] >= 20:
             break
     else:
@@ -174,5 +175,5 @@ def test_cli_show_curve_and_plot(tmp_path, capsys):
     assert [r["threads"] for r in rows] == [1, 2, 3, 4]
     assert "optane-6dimm" in run("list")
     png = tmp_path / "device.png"
-    device.plot(str(png))
+    device_lab.plot(str(png))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -5,7 +5,8 @@ import time
 import pytest
 
 import nvmw
-from nvmw.lab import phases
+from nvmw.lab import lineup
+from nvmw.workloads import phases
 
 
 def test_shipped_phases_follow_appendix_c():
@@ -51,14 +52,14 @@ def test_bad_phase_files(tmp_path):
 
 
 def test_make_controller_specs():
-    assert phases.make_controller("fixed:3,4").act(None, {}) == (3, 4)
-    assert phases.make_controller("none").requires_control is False
+    assert lineup.make_controller("fixed:3,4").act(None, {}) == (3, 4)
+    assert lineup.make_controller("none").requires_control is False
     with pytest.raises(ValueError):
-        phases.make_controller("fixed:3")
+        lineup.make_controller("fixed:3")
     with pytest.raises(ValueError):
-        phases.make_controller("warp:9")
-    phases.register_controller("const", lambda arg: phases.make_controller(lambda obs, info: int(arg)))
-    assert phases.make_controller("const:5").act(None, {}) == 5
+        lineup.make_controller("warp:9")
+    lineup.register_controller("const", lambda arg, ctx: lineup.make_controller(lambda obs, info: int(arg)))
+    assert lineup.make_controller("const:5").act(None, {}) == 5
 
 
 def test_phase_workload_co_run_both_classes_progress():

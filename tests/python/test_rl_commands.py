@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from nvmw.cli import main
-from nvmw.rl import QLearningAgent, SLASpec, demo_comparison
+from nvmw.control import SLASpec
+from nvmw.lab.demo import demo_comparison
+from nvmw.rl import QLearningAgent
 from nvmw.rl.pretrain import QUICK_GRID, load_transitions, tune_models
 
 TINY_GRID = {"poly__degree": [1, 2], "sgd__loss": ["squared_error"], "sgd__penalty": ["l2"],
@@ -114,7 +116,7 @@ def test_tune_on_local_ray(pipeline):
 
 def test_demo_comparison_synthetic(tmp_path):
     lines = []
-    res = demo_comparison(env="synthetic", steps=20, switch_every=5, controllers=["fixed", "aimd"],
+    res = demo_comparison(env="synthetic", steps=20, switch_every=5, controllers=["fixed:15,15", "aimd"],
                           out_dir=str(tmp_path), print_fn=lines.append)
     assert set(res["summary"]) == {"fixed-I15B15", "aimd"}
     assert "cores" in res["run"] and any("| median |" in line for line in lines)

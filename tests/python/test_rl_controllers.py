@@ -4,9 +4,10 @@ import json
 import numpy as np
 import pytest
 
-from nvmw.rl import SLASpec, SyntheticEnv
-from nvmw.rl.controllers import AIMD, AgentController, Fixed, Gradient, NoControl, OracleFixed, PolicyController
-from nvmw.rl.evaluation import evaluate_controllers, markdown_report, settle_steps, summarize, write_outputs
+from nvmw.control import SLASpec
+from nvmw.control.controllers import AIMD, AgentController, Fixed, Gradient, NoControl, OracleFixed, PolicyController
+from nvmw.lab.evaluation import evaluate_controllers, markdown_report, settle_steps, summarize, write_outputs
+from nvmw.rl import SyntheticEnv
 
 
 def obs(i=8, b=8, qi=0.0, qb=0.0):

@@ -4,17 +4,23 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from nvmw.rl import ACTION_DELTAS, RealEnv, SeqPhaseEnv, SyntheticEnv, apply_action, load_spec
+from nvmw import _core
+from nvmw.control import load_spec, reward
+from nvmw.control.loop import INFO_KEYS as LOOP_INFO_KEYS
+from nvmw.rl import RealEnv, SeqPhaseEnv, SyntheticEnv
 
 INFO_KEYS = {"stats", "p99_us", "throughput", "offered_ops_per_s", "phase", "threads", "window_s",
              "sla_latency_met", "sla_throughput_met", "control"}
 
 
 def test_action_table_matches_thesis_table_3_3():
-    assert ACTION_DELTAS == ((0, 0), (1, 0), (-1, 0), (0, 1), (0, -1), (1, 1), (1, -1), (-1, 1), (-1, -1))
-    assert apply_action((1, 32), 8) == (1, 31)
-    assert apply_action((32, 1), 6) == (32, 1)
-    assert apply_action((5, 5), 7, max_threads=32) == (4, 6)
+    # The one action table is the core's; Python only reads it.
+    assert _core.ACTION_DELTAS == ((0, 0), (1, 0), (-1, 0), (0, 1), (0, -1), (1, 1), (1, -1), (-1, 1), (-1, -1))
+    assert _core.N_ACTIONS == 9 and SyntheticEnv().action_space.n == _core.N_ACTIONS
+    assert tuple(_core.apply_action((1, 32), 8)) == (1, 31)
+    assert tuple(_core.apply_action((32, 1), 6)) == (32, 1)
+    assert tuple(_core.apply_action((5, 5), 7, max_threads=32)) == (4, 6)
+    assert set(LOOP_INFO_KEYS) == INFO_KEYS
 
 
 def test_synthetic_env_passes_check_env():
@@ -45,7 +51,7 @@ def test_step_applies_actions_and_truncates_at_200():
     _, r, term, trunc, info = env.step(5)
     assert env.threads == (11, 11) and info["threads"] == [11, 11]
     assert INFO_KEYS <= set(info) and not term and not trunc
-    assert r == pytest.approx(__import__("nvmw.rl", fromlist=["reward"]).reward(info["p99_us"], info["throughput"], env.sla))
+    assert r == pytest.approx(reward(info["p99_us"], info["throughput"], env.sla))
     with pytest.raises(ValueError):
         env.step(9)
     n = 1

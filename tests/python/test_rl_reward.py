@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from nvmw.rl import SLASpec, load_spec, reward
+from nvmw.control import SLASpec, load_spec, reward
 
 
 def simple_spec(**kw):

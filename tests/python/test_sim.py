@@ -1,4 +1,4 @@
-"""The simulator (nvmw.lab.sim, DESIGN section 7): Gymnasium conformance, determinism,
+"""The simulator (nvmw.rl.sim, fitted by nvmw.lab.simfit): Gymnasium conformance, determinism,
 the behaviour the fit relies on, its calibration tooling and the `nvmw sim` command."""
 import json
 import os
@@ -9,11 +9,12 @@ from gymnasium.utils.env_checker import check_env
 
 from nvmw import _core
 from nvmw.cli import main
-from nvmw.lab.sim import SimEnv, compare, default_params, fit, load_params, per_config, simulate_sweep
-from nvmw.rl.calibration import derive_spec
-from nvmw.rl.controllers import Fixed, NoControl
-from nvmw.rl.evaluation import evaluate_controllers
-from nvmw.rl.runs import data_path
+from nvmw.control.controllers import Fixed, NoControl
+from nvmw.lab.calibration import derive_spec
+from nvmw.lab.evaluation import evaluate_controllers
+from nvmw.lab.runs import data_path
+from nvmw.lab.simfit import compare, fit, per_config, simulate_sweep
+from nvmw.rl.sim import SimEnv, default_params, load_params
 
 
 def test_check_env_passes_including_determinism():
@@ -128,7 +129,7 @@ def small_sweep():
 
 
 def test_compare_identity_and_fit_improves_a_bad_start(small_sweep):
-    from nvmw.lab.sim import _loss
+    from nvmw.lab.simfit import _loss
 
     real = per_config(small_sweep)
     rep = compare(real, real)

@@ -7,7 +7,7 @@ import nvmw
 from nvmw import _core
 from nvmw.cli import main
 from nvmw.errors import InvalidArgumentError
-from nvmw.lab import traces
+from nvmw.workloads import traces
 
 HEADER = ("Timestamp,AnonRegion,AnonUserId,AnonAppName,AnonFunctionInvocationId,AnonBlobName,"
           "BlobType,AnonBlobETag,BlobBytes,Read,Write\n")

@@ -9,7 +9,7 @@ import pytest
 
 from nvmw import _core
 from nvmw.cli import main
-from nvmw.lab.ycsb import YcsbConfig, YcsbWorkload, measure_capacity, run_ycsb
+from nvmw.workloads.ycsb import YcsbConfig, YcsbWorkload, measure_capacity, run_ycsb
 from nvmw.middleware import Middleware
 
 OP_KEYS = {"ops", "errors", "not_found", "ops_per_s", "mean_us", "min_us", "max_us",

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from nvmw._util import cores, ensure_pmem_force, print_json
+from nvmw import _core
+from nvmw.commands._util import cores, ensure_pmem_force, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,8 +49,6 @@ def _median_of_runs(runs: list) -> dict:
 
 
 def run_overhead(args: argparse.Namespace) -> int:
-    from nvmw import _core
-
     result = dict(_core.run_overhead_bench(ops=args.ops, async_ops=args.async_ops))
     result.setdefault("cores", cores())
     print_json(result)
@@ -59,8 +58,6 @@ def run_overhead(args: argparse.Namespace) -> int:
 def run_engine(args: argparse.Namespace) -> int:
     if args.engine == "pmem":
         ensure_pmem_force(args.argv)
-    from nvmw import _core
-
     runs = []
     for _ in range(max(1, args.runs)):
         runs.append(dict(_core.run_engine_bench(

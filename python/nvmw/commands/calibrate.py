@@ -8,7 +8,9 @@ import json
 import os
 import time
 
-from nvmw.rl.runs import add_env_args, env_from_args, run_header
+from nvmw.commands._args import add_env_args, env_from_args
+from nvmw.lab.calibration import calibrate, load_sweep, save_oracle, save_sweep, sweep_env
+from nvmw.lab.runs import run_header
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,13 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args) -> int:
-    from nvmw.rl.calibration import calibrate, sweep_env
-
     t0 = time.monotonic()
     if args.from_sweep:
-        with open(args.from_sweep, encoding="utf-8") as fh:
-            saved = json.load(fh)
-        rows, header = (saved["rows"], saved["run"]) if isinstance(saved, dict) else (saved, None)
+        rows, header = load_sweep(args.from_sweep)
         if header is None:
             env = env_from_args(args)
             header = run_header(args.env, env)
@@ -65,11 +63,9 @@ def run(args) -> int:
                                     name=name, notes=notes)
     spec.save(args.out)
     oracle_out = args.oracle_out or os.path.splitext(args.out)[0] + ".oracle.json"
-    with open(oracle_out, "w", encoding="utf-8") as fh:
-        json.dump({"table": report["oracle"], "spec": name, "run": header}, fh, indent=2)
+    save_oracle(oracle_out, report, name, header)
     if args.sweep_out:
-        with open(args.sweep_out, "w", encoding="utf-8") as fh:
-            json.dump({"rows": rows, "run": header}, fh)
+        save_sweep(args.sweep_out, rows, header)
     print(json.dumps({"spec": args.out, "oracle": oracle_out, "lat_goal_us": spec.lat_goal,
                       "tp_goal_ops_per_s": spec.tp_goal, "oracle_table": report["oracle"],
                       "feasible_fraction_per_phase": report["feasible_fraction_per_phase"],

@@ -6,7 +6,9 @@ import argparse
 import json
 import time
 
-from nvmw.rl.runs import add_env_args, env_from_args, run_header
+from nvmw.commands._args import add_env_args, env_from_args
+from nvmw.lab.runs import run_header
+from nvmw.rl.pretrain import collect_transitions, save_transitions
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,8 +22,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args) -> int:
-    from nvmw.rl.pretrain import collect_transitions, save_transitions
-
     env = env_from_args(args)
     t0 = time.monotonic()
     try:

@@ -9,7 +9,10 @@ import json
 import os
 import sys
 
-from nvmw._util import ensure_pmem_force
+from nvmw.commands._util import ensure_pmem_force
+from nvmw.lab.demo import demo_comparison
+from nvmw.lab.interference import InterferenceConfig, format_table, plot, run_interference
+from nvmw.lab.sweep import plot_sweep, quick_config, run_sweep
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,8 +30,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.engine == "pmem":
         ensure_pmem_force(args.argv)  # the demo's pool lives on tmpfs
-    from nvmw.lab.interference import InterferenceConfig, format_table, plot, run_interference
-
     os.makedirs(args.out, exist_ok=True)
     cfg = InterferenceConfig(duration_s=args.duration, interactive_clients=args.clients,
                              batch_clients=args.clients, engine=args.engine, device=args.device)
@@ -62,8 +63,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _sweep_step(args: argparse.Namespace) -> None:
     """The thesis 4.2 sweep in its --quick form: which (I, B) pools pay off."""
-    from nvmw.lab.sweep import plot_sweep, quick_config, run_sweep
-
     print("\nQuick concurrency sweep (thesis 4.2 / Appendix B, --quick grid; about 1.5 min):", flush=True)
     summary = run_sweep(quick_config(device=args.device, engine=args.engine),
                         progress=lambda m: print("  " + m, file=sys.stderr, flush=True))
@@ -80,8 +79,6 @@ def _sweep_step(args: argparse.Namespace) -> None:
 
 def _controller_step(args: argparse.Namespace) -> None:
     """A short shifting-workload run per controller (the shipped Q-learning agent among them)."""
-    from nvmw.rl import demo_comparison
-
     print("\nController comparison (phases switching every 50 windows of 0.1 s, emulated "
           "optane-1dimm, calibrated SLA; about 2-3 min):", flush=True)
     demo_comparison(steps=200, switch_every=50, window_s=0.1,

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+
+from nvmw.devices import list_profiles, load_profile, profile_to_dict
+from nvmw.lab.device import bench, curve_table, plot
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,16 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from nvmw.lab.device import list_profiles, load_profile
-
     for name in list_profiles():
         print(f"{name:16s} {load_profile(name).description}")
     return 0
 
 
 def _show(args: argparse.Namespace) -> int:
-    from nvmw.lab.device import profile_to_dict
-
     d = profile_to_dict(args.profile)
     if args.json:
         print(json.dumps(d, indent=1))
@@ -67,8 +67,6 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _curve(args: argparse.Namespace) -> int:
-    from nvmw.lab.device import curve_table
-
     rows = curve_table(args.profile, range(1, args.max_threads + 1), args.bytes)
     if args.json:
         print(json.dumps(rows, indent=1))
@@ -82,10 +80,6 @@ def _curve(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    import os
-
-    from nvmw.lab.device import bench
-
     result = bench(args.profile, args.op, args.threads, args.bytes, args.warmup_ms,
                    args.duration_ms)
     result["cores"] = os.cpu_count()
@@ -94,7 +88,5 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from nvmw.lab.device import plot
-
     print(plot(args.out, emulate=args.emulate))
     return 0

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
-CONTROLLERS = ("no-control", "fixed", "oracle", "aimd", "gradient", "q-learning")
+from nvmw.commands._args import add_env_args, controller_help
+from nvmw.lab.evaluation import evaluate_lineup, write_outputs
+from nvmw.lab.lineup import DEFAULT_LINEUP, ControllerContext, deprecated
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from nvmw.rl.runs import add_env_args
-
     p = sub.add_parser("evaluate", help="long-run comparison of controllers (JSON, Markdown, PNG)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_env_args(p, window_default=1.0, steps=False)
@@ -21,65 +20,38 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="400 steps, 0.1 s windows, switch every 100")
     p.add_argument("--sequential", action="store_true", help="run each controller's whole run before the next "
                    "one's (default: controllers take turns, one phase segment each)")
-    p.add_argument("--controllers", nargs="+", choices=CONTROLLERS, default=list(CONTROLLERS))
+    p.add_argument("--controllers", nargs="+", default=list(DEFAULT_LINEUP),
+                   help=controller_help(" ".join(DEFAULT_LINEUP)))
     p.add_argument("--agent", default=None, help="trained agent (default: the shipped one for --device)")
     p.add_argument("--oracle", default=None, help="oracle table JSON from `nvmw calibrate` (default: shipped)")
-    p.add_argument("--fixed", type=int, nargs=2, default=[15, 15], metavar=("I", "B"))
+    p.add_argument("--fixed", type=int, nargs=2, default=None, metavar=("I", "B"), help=argparse.SUPPRESS)
     p.add_argument("--out", default="nvmw-eval", help="output directory (default %(default)s)")
     p.set_defaults(func=run)
 
 
-def build_controllers(names, *, spec, device: str, agent_path=None, oracle_path=None, fixed=(15, 15),
-                      env_kind: str = "real"):
-    from nvmw.rl.agent import QLearningAgent
-    from nvmw.rl.controllers import AIMD, AgentController, Fixed, Gradient, NoControl, OracleFixed
-    from nvmw.rl.runs import shipped_agent_path, shipped_oracle_path
-
-    out = []
-    for n in names:
-        if n == "no-control":
-            out.append(NoControl())
-        elif n == "fixed":
-            out.append(Fixed(*fixed))
-        elif n == "oracle":
-            path = oracle_path or shipped_oracle_path(device if env_kind in ("real", "sim") else env_kind)
-            if not os.path.exists(path):
-                raise FileNotFoundError(f"no oracle table at {path}: run `nvmw calibrate` and pass --oracle")
-            out.append(OracleFixed.from_json(path))
-        elif n == "aimd":
-            out.append(AIMD(spec.lat_goal))
-        elif n == "gradient":
-            out.append(Gradient(spec.lat_goal))
-        elif n == "q-learning":
-            path = agent_path or shipped_agent_path(device if env_kind in ("real", "sim") else env_kind)
-            if not os.path.exists(path):
-                raise FileNotFoundError(f"no trained agent at {path}: run `nvmw train` and pass --agent")
-            out.append(AgentController(QLearningAgent.load(path)))
-    return out
+def _lineup(args) -> list:
+    """--controllers; the deprecated --fixed I B replaces the default line-up's fixed:15,15
+    (and is what a bare "fixed" means)."""
+    names = list(args.controllers)
+    if args.fixed is not None:
+        new = f"fixed:{args.fixed[0]},{args.fixed[1]}"
+        deprecated(f"--fixed {args.fixed[0]} {args.fixed[1]}", f"the controller name {new}")
+        if names == list(DEFAULT_LINEUP):
+            names = [new if n == "fixed:15,15" else n for n in names]
+    return names
 
 
 def run(args) -> int:
-    from nvmw.rl.evaluation import evaluate_controllers, write_outputs
-    from nvmw.rl.runs import make_env, run_header
-
     if args.quick:
         args.steps, args.window, args.switch_every = 400, 0.1, 100
-    probe = make_env(args.env, window_s=args.window, sla=args.sla, device=args.device, engine=args.engine)
-    spec = probe.sla
-    header = run_header(args.env, probe, steps=args.steps, switch_every=args.switch_every, seed=args.seed,
-                        order="sequential" if args.sequential else "interleaved (controllers take turns per segment)")
-    probe.close()
-    ctrls = build_controllers(args.controllers, spec=spec, device=args.device, agent_path=args.agent,
-                              oracle_path=args.oracle, fixed=tuple(args.fixed), env_kind=args.env)
-
-    def factory(control: bool):
-        return make_env(args.env, window_s=args.window, sla=spec, device=args.device, engine=args.engine,
-                        control=control, path=args.pool, max_episode_steps=args.steps,
-                        sim_params=args.sim_params)
-
-    summaries, traces = evaluate_controllers(factory, ctrls, total_steps=args.steps,
-                                             switch_every=args.switch_every, seed=args.seed, progress=True,
-                                             interleave=not args.sequential)
+    context = ControllerContext(device=args.device if args.env in ("real", "sim") else args.env,
+                                agent_path=args.agent, oracle_path=args.oracle,
+                                fixed=tuple(args.fixed) if args.fixed else (15, 15))
+    summaries, traces, header = evaluate_lineup(
+        args.env, _lineup(args), window_s=args.window, steps=args.steps, switch_every=args.switch_every,
+        seed=args.seed, sla=args.sla, device=args.device, engine=args.engine, path=args.path,
+        sim_params=args.sim_params, context=context, interleave=not args.sequential, progress=True,
+        order="sequential" if args.sequential else "interleaved (controllers take turns per segment)")
     paths = write_outputs(summaries, traces, header, args.out, args.switch_every)
     with open(paths["markdown"], encoding="utf-8") as fh:
         print(fh.read())

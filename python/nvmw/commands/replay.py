@@ -3,40 +3,14 @@ client-side results (latency counted from each request's scheduled time)."""
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sys
-import tempfile
-from typing import Iterator, Optional
 
-from nvmw._util import cores, ensure_pmem_force, print_json
-
-
-@contextlib.contextmanager
-def pool_path(engine: str, path: Optional[str], argv: list, prefix: str) -> Iterator[Optional[str]]:
-    """The pmem pool path to use: `path`, or a temporary pool on /dev/shm removed afterwards."""
-    if engine != "pmem" or path is not None:
-        yield path
-        return
-    ensure_pmem_force(argv)  # the temporary pool lives on tmpfs
-    pool_dir = tempfile.mkdtemp(prefix=prefix, dir="/dev/shm")
-    tmp = os.path.join(pool_dir, "nvmw.pool")
-    try:
-        yield tmp
-    finally:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        with contextlib.suppress(OSError):
-            os.rmdir(pool_dir)
-
-
-def add_middleware_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--engine", choices=["memory", "pmem"], default="memory")
-    p.add_argument("--path", default=None,
-                   help="pmem pool file (default: a temporary pool in /dev/shm, removed afterwards)")
-    p.add_argument("--device", default="none",
-                   help="emulated device profile: none | optane-1dimm | optane-6dimm (default %(default)s)")
-    p.add_argument("--window", type=float, default=1.0, help="monitor window, s (default %(default)s)")
+from nvmw import _core
+from nvmw.commands._args import add_pool_args, add_store_args, argv_of, pool_config, pool_path
+from nvmw.commands._util import cores, print_json
+from nvmw.errors import NvmwError
+from nvmw.middleware import Middleware
+from nvmw.workloads import traces
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -64,20 +38,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--key-space", type=int, default=None, help="map keys onto this many keys")
     p.add_argument("--seed", type=int, default=0)
     m = p.add_argument_group("middleware")
-    add_middleware_args(m)
-    m.add_argument("--no-control", action="store_true", help="thesis baseline: no pools")
-    m.add_argument("--interactive-threads", type=int, default=4)
-    m.add_argument("--batch-threads", type=int, default=4)
+    add_store_args(m)
+    add_pool_args(m, default=(4, 4))
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from nvmw.errors import NvmwError
-    from nvmw.lab import traces
-    from nvmw.middleware import Middleware
-
     try:
+        control, interactive_threads, batch_threads = pool_config(args)
         opts = traces.replay_options(threads=args.threads, cls=args.cls, accel=args.accel,
                                      loop=args.loop, duration_s=args.duration, seed=args.seed)
         trace = traces.read_trace(args.file, args.format, skip_malformed=args.skip_malformed)
@@ -87,21 +56,19 @@ def run(args: argparse.Namespace) -> int:
                              key_space=args.key_space, seed=args.seed)
         if len(trace) == 0:
             raise ValueError("no records left after filtering")
-        with pool_path(args.engine, args.path, getattr(args, "argv", sys.argv[1:]), "nvmw-replay-") as path:
-            with Middleware(path, engine=args.engine, interactive_threads=args.interactive_threads,
-                            batch_threads=args.batch_threads, window_s=args.window,
-                            control=not args.no_control, device=args.device) as mw:
-                from nvmw import _core
-
+        with pool_path(args.engine, args.path, argv_of(args), "nvmw-replay-") as path:
+            with Middleware(path, engine=args.engine, interactive_threads=interactive_threads,
+                            batch_threads=batch_threads, window_s=args.window,
+                            control=control, device=args.device) as mw:
                 result = _core.Replay(trace, opts).run(mw.core)
     except (NvmwError, ValueError, OSError) as e:
         print(f"nvmw replay: {e}", file=sys.stderr)
         return 2
     result["trace"] = traces.trace_stats(trace)
     result["options"] = opts
-    result["middleware"] = {"engine": args.engine, "device": args.device, "control": not args.no_control,
-                            "interactive_threads": args.interactive_threads,
-                            "batch_threads": args.batch_threads, "window_s": args.window}
+    result["middleware"] = {"engine": args.engine, "device": args.device, "control": control,
+                            "interactive_threads": interactive_threads,
+                            "batch_threads": batch_threads, "window_s": args.window}
     result["cores"] = cores()
     if args.json:
         print_json(result)

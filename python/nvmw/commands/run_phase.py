@@ -5,8 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from nvmw._util import cores, print_json
-from nvmw.commands.replay import add_middleware_args, pool_path
+from nvmw.commands._args import add_store_args, argv_of, controller_help, pool_path
+from nvmw.commands._util import cores, print_json
+from nvmw.control.sla import load_spec
+from nvmw.errors import NvmwError
+from nvmw.lab.lineup import ControllerContext, make_controller
+from nvmw.lab.phase_run import run_phase
+from nvmw.workloads.phases import load_phase
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -14,15 +19,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "run-phase", help="run an RL phase (interactive + batch trace replays) under a controller",
         description="Co-run a phase's interactive (Azure-like) and batch (SVD-like) replays "
         "on a fresh middleware; each window prints threads, ops/s, interactive p99, batch "
-        "throughput and queue lengths. Controllers: none (no-control mode), fixed:I,B, or any "
-        "kind registered with nvmw.lab.phases.register_controller.")
+        "throughput and queue lengths. Controllers: none (no-control mode), fixed:I,B, aimd, "
+        "gradient, q-learning, oracle, or any kind registered with "
+        "nvmw.lab.lineup.register_controller.")
     p.add_argument("phase", help="phase number (1-4) or a phase TOML file")
     p.add_argument("--duration", type=float, default=30.0, help="seconds (default %(default)s)")
-    p.add_argument("--controller", default="fixed:10,10", help="none | fixed:I,B | ... (default %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="workload seed (same seed, same traces)")
+    p.add_argument("--controller", default="fixed:10,10", help=controller_help("%(default)s"))
+    p.add_argument("--sla", default=None, help="SLA spec judging each window for the controller "
+                   "(default: the calibrated spec for --device)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the run (same seed, same traces)")
     p.add_argument("--rate-scale", type=float, default=1.0,
                    help="multiply both classes' offered rates (default %(default)s)")
-    add_middleware_args(p)
+    add_store_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
     p.set_defaults(func=run)
 
@@ -35,26 +43,24 @@ def _print_row(row: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nvmw.errors import NvmwError
-    from nvmw.lab.phases import load_phase, make_controller, run_phase
-
     try:
         phase = load_phase(args.phase)
-        controller = make_controller(args.controller)
+        sla = load_spec(args.sla, device=args.device)
+        controller = make_controller(args.controller, ControllerContext(sla=sla, device=args.device))
     except (ValueError, OSError) as e:
         print(f"nvmw run-phase: {e}", file=sys.stderr)
         return 2
     if not args.json:
         print(f"phase {phase.number}: {phase.description}")
-        print(f"controller {getattr(controller, 'name', args.controller)}, engine {args.engine}, "
-              f"device {args.device}, window {args.window} s, {cores()} cores")
+        print(f"controller {getattr(controller, 'name', args.controller)}, engine {args.engine}, device {args.device}, window {args.window} s, "
+              f"{cores()} cores")
         print(f"{'win':>5} {'I/B':<7}{'ops/s':>10}{'I p99 us':>12}{'B ops/s':>10}{'B MB/s':>10}"
               f"{'I queue':>8}{'B queue':>8}")
     try:
-        with pool_path(args.engine, args.path, getattr(args, "argv", sys.argv[1:]), "nvmw-phase-") as path:
+        with pool_path(args.engine, args.path, argv_of(args), "nvmw-phase-") as path:
             result = run_phase(phase, duration_s=args.duration, controller=controller,
                                window_s=args.window, engine=args.engine, path=path,
-                               device=None if args.device == "none" else args.device,
+                               device=None if args.device == "none" else args.device, sla=sla,
                                seed=args.seed, rate_scale=args.rate_scale,
                                on_window=None if args.json else _print_row)
     except (NvmwError, ValueError, OSError) as e:

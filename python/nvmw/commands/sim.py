@@ -1,5 +1,6 @@
-"""`nvmw sim`: the simulator (DESIGN section 7). `fit` fits its free parameters to a real
-sweep saved by `nvmw calibrate --sweep-out` and reports how well it reproduces it;
+"""`nvmw sim`: the simulator of the middleware (virtual time, fitted to a real sweep). `fit`
+fits its free parameters to a real sweep saved by `nvmw calibrate --sweep-out` and reports
+how well it reproduces it;
 `check` reports the same for an existing parameter file; `plot` draws real vs simulated
 p99 per configuration; `run` prints simulated windows of one phase and configuration."""
 from __future__ import annotations
@@ -7,21 +8,11 @@ from __future__ import annotations
 import argparse
 import json
 
-
-def _load_rows(paths) -> tuple[list, dict]:
-    """Rows of one or more sweep files (the first file's run header is kept)."""
-    rows, header = [], None
-    for path in [paths] if isinstance(paths, str) else paths:
-        with open(path, encoding="utf-8") as fh:
-            saved = json.load(fh)
-        if isinstance(saved, dict) and "rows" in saved:
-            rows.extend(saved["rows"])
-            header = header if header is not None else saved.get("run", {})
-        elif isinstance(saved, list):
-            rows.extend(saved)
-        else:
-            raise ValueError(f"{path}: not a sweep file (nvmw calibrate --sweep-out)")
-    return rows, header or {}
+from nvmw.commands._args import add_pool_args, pool_config
+from nvmw.lab.calibration import load_sweep
+from nvmw.lab.lineup import deprecated
+from nvmw.lab.simfit import compare, fit, per_config, plot_check, simulate_sweep
+from nvmw.rl.sim import SimEnv, load_params, save_params
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -54,8 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     q = ssub.add_parser("run", help="simulated windows of one phase and configuration (JSON lines)")
     q.add_argument("--phase", type=int, default=1)
-    q.add_argument("--threads", type=int, nargs=2, default=[15, 15], metavar=("I", "B"))
-    q.add_argument("--no-control", action="store_true", help="the no-control baseline")
+    add_pool_args(q, default=(15, 15))
+    q.add_argument("--threads", type=int, nargs=2, default=None, metavar=("I", "B"), help=argparse.SUPPRESS)
     q.add_argument("--windows", type=int, default=10)
     q.add_argument("--window", type=float, default=0.1)
     q.add_argument("--device", default="optane-1dimm")
@@ -65,9 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _fit(args) -> int:
-    from nvmw.lab.sim import fit, load_params, save_params
-
-    rows, run = _load_rows(args.sweep)
+    rows, run = load_sweep(args.sweep)
+    run = run or {}
     device = args.device or run.get("device", "optane-1dimm")
     window = args.window or float(run.get("window_s", 0.1))
     start = load_params(args.start, device) if args.start else None
@@ -80,9 +70,8 @@ def _fit(args) -> int:
 
 
 def _check(args) -> int:
-    from nvmw.lab.sim import compare, load_params, per_config, plot_check, simulate_sweep
-
-    rows, run = _load_rows(args.sweep)
+    rows, run = load_sweep(args.sweep)
+    run = run or {}
     device = args.device or run.get("device", "optane-1dimm")
     window = args.window or float(run.get("window_s", 0.1))
     params = load_params(args.params, device)
@@ -97,11 +86,14 @@ def _check(args) -> int:
 
 
 def _run(args) -> int:
-    from nvmw.lab.sim import SimEnv
-
+    if args.threads is not None:
+        i, b = args.threads
+        deprecated(f"--threads {i} {b}", f"--controller fixed:{i},{b}")
+        args.controller = args.controller or f"fixed:{i},{b}"
+    control, i, b = pool_config(args)
     env = SimEnv(args.phase, window_s=args.window, device=args.device, params=args.params,
-                 control=not args.no_control, max_episode_steps=max(1, args.windows))
-    env.reset(seed=args.seed, options={"threads": tuple(args.threads)})
+                 control=control, max_episode_steps=max(1, args.windows))
+    env.reset(seed=args.seed, options={"threads": (i, b)})
     for _ in range(args.windows):
         _o, r, _t, _tr, info = env.step(0)
         s = info["stats"]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from nvmw._util import ensure_pmem_force, print_json
+from nvmw.commands._util import ensure_pmem_force, print_json
+from nvmw.lab.sweep import SweepConfig, quick_config, run_sweep
 
 
 def _int_list(text: str) -> tuple:
@@ -59,8 +60,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def build_config(args: argparse.Namespace):
-    from nvmw.lab.sweep import SweepConfig, quick_config
-
     over = {}
     for arg, name in (("grid_i", "grid_i"), ("grid_b", "grid_b"), ("reps", "reps"),
                       ("duration", "duration_s"), ("value_size", "value_bytes"),
@@ -95,8 +94,6 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"nvmw sweep: {e}")
     if cfg.engine == "pmem":
         ensure_pmem_force(args.argv)
-    from nvmw.lab.sweep import run_sweep
-
     n = 1 + len(cfg.grid_i) * len(cfg.grid_b)
     print(f"sweep: {n} configurations x {cfg.reps} reps x {cfg.duration_s:g} s, device {cfg.device}, "
           f"engine {cfg.engine}, {cfg.ycsb_clients}+{cfg.batch_clients} clients -> {cfg.out_dir}",

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from nvmw._util import print_json
+from nvmw.commands._util import print_json
+from nvmw.errors import NvmwError
+from nvmw.workloads.traces import read_trace, synth, trace_stats
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,9 +52,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_synth(args: argparse.Namespace) -> int:
-    from nvmw.errors import NvmwError
-    from nvmw.lab.traces import synth
-
     opts = {}
     if args.kind == "azure":
         for key, val in (("accesses_per_s", args.rate), ("write_fraction", args.write_fraction),
@@ -76,9 +75,6 @@ def run_synth(args: argparse.Namespace) -> int:
 
 
 def run_stats(args: argparse.Namespace) -> int:
-    from nvmw.errors import NvmwError
-    from nvmw.lab.traces import read_trace, trace_stats
-
     try:
         trace = read_trace(args.file, args.format, skip_malformed=not args.strict)
     except (NvmwError, ValueError, OSError) as e:

@@ -8,7 +8,10 @@ import json
 import os
 import time
 
-from nvmw.rl.runs import add_env_args, env_from_args, run_header
+from nvmw.commands._args import add_env_args, env_from_args
+from nvmw.lab.runs import run_header
+from nvmw.lab.training import plot_curve, pretrained_agent, resumed_agent, train_per_phase
+from nvmw.rl.pretrain import collect_transitions, load_transitions
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -41,19 +44,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args) -> int:
-    from nvmw.rl.agent import QLearningAgent
-    from nvmw.rl.pretrain import collect_transitions, load_transitions
-
     env = env_from_args(args)
     t_start = time.monotonic()
-    timings: dict = {}
-    history = []
+    schedule = dict(epsilon=args.epsilon, epsilon_decay=args.epsilon_decay,
+                    epsilon_decay_mode=args.epsilon_decay_mode, epsilon_min=args.epsilon_min)
     try:
         if args.init_agent:
-            agent = QLearningAgent.load(args.init_agent)
-            agent.epsilon, agent.epsilon_decay = args.epsilon, args.epsilon_decay
-            agent.epsilon_decay_mode, agent.epsilon_min = args.epsilon_decay_mode, args.epsilon_min
-            prior = getattr(agent, "metadata_", {}) or {}
+            agent, prior = resumed_agent(args.init_agent, **schedule)
             data = None
         else:
             prior = {}
@@ -62,30 +59,12 @@ def run(args) -> int:
             else:
                 data = collect_transitions(env, episodes_per_phase=args.collect_episodes, phases=args.phases,
                                            seed=args.seed, progress=True)
-            params = None
-            if args.tuned:
-                with open(args.tuned, encoding="utf-8") as fh:
-                    params = json.load(fh)["model_params"]
-            agent = QLearningAgent(gamma=args.gamma, learning_rate=args.learning_rate,
-                                   learning_rate_mode=args.learning_rate_mode, epsilon=args.epsilon,
-                                   epsilon_decay=args.epsilon_decay, epsilon_decay_mode=args.epsilon_decay_mode,
-                                   epsilon_min=args.epsilon_min, model_params=params, random_state=args.seed)
-            agent.pretrain(data["states"], data["actions"], data["rewards"], data["next_states"],
-                           data["terminated"], fqi_iterations=args.fqi_iterations)
-        # One epsilon schedule per phase, as the thesis trains each workload separately.
-        for rnd in range(args.rounds):
-            for ph in args.phases:
-                agent.epsilon_ = args.epsilon if rnd == 0 else max(args.epsilon_min, args.epsilon * 0.25)
-                t0 = time.monotonic()
-                h = agent.learn(env, args.episodes, reset_options={"phase": ph},
-                                seed=args.seed + 1000 * ph + 100000 * rnd, progress=True)
-                for row in h:
-                    row["phase"] = ph
-                    row["round"] = rnd
-                history.extend(h)
-                t = timings.setdefault(str(ph), {"episodes": 0, "wall_s": 0.0})
-                t["episodes"] += len(h)
-                t["wall_s"] = round(t["wall_s"] + time.monotonic() - t0, 1)
+            agent = pretrained_agent(data, tuned_path=args.tuned, fqi_iterations=args.fqi_iterations,
+                                     seed=args.seed, gamma=args.gamma, learning_rate=args.learning_rate,
+                                     learning_rate_mode=args.learning_rate_mode, **schedule)
+        history, timings = train_per_phase(agent, env, episodes=args.episodes, phases=args.phases,
+                                           rounds=args.rounds, epsilon=args.epsilon, epsilon_min=args.epsilon_min,
+                                           seed=args.seed, progress=True)
         header = run_header(args.env, env, seed=args.seed)
     finally:
         env.close()
@@ -101,30 +80,3 @@ def run(args) -> int:
                                                                   if r["phase"] == ph][-1] for ph in args.phases},
                       **header}, indent=2))
     return 0
-
-
-def plot_curve(history, path, header) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    phases = sorted({h["phase"] for h in history})
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    for ph in phases:
-        rows = [h for h in history if h["phase"] == ph]
-        x = np.arange(1, len(rows) + 1)
-        axes[0].plot(x, [r["reward_median"] for r in rows], marker=".", label=f"phase {ph}")
-        axes[1].plot(x, [r["epsilon"] for r in rows], label=f"phase {ph}")
-    axes[0].set_yscale("symlog")
-    axes[0].set_xlabel("episode (per phase)")
-    axes[0].set_ylabel("median step reward")
-    axes[1].set_xlabel("episode (per phase)")
-    axes[1].set_ylabel("epsilon")
-    axes[0].legend(fontsize=7)
-    fig.suptitle(f"Q-learning: env {header['env']}, device {header['device']}, window {header['window_s']} s, "
-                 f"SLA {header['sla']}", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

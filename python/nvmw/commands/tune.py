@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from nvmw.rl.pretrain import FULL_GRID, QUICK_GRID, load_transitions, tune_models
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tune", help="cross-validated hyperparameter search for the nine Q models",
@@ -23,8 +25,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args) -> int:
-    from nvmw.rl.pretrain import FULL_GRID, QUICK_GRID, load_transitions, tune_models
-
     data = load_transitions(args.transitions)
     res = tune_models(data, grid=QUICK_GRID if args.quick else FULL_GRID, cv=args.cv, n_jobs=args.n_jobs,
                       backend=args.backend, ray_address=args.ray_address, seed=args.seed, progress=True)

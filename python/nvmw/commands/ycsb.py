@@ -3,11 +3,11 @@ generator's own ceiling against a no-op engine with --capacity)."""
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
-import tempfile
 
-from nvmw._util import cores, ensure_pmem_force, print_json
+from nvmw.commands._args import add_pool_args, add_store_args, argv_of, pool_config, pool_path
+from nvmw.commands._util import cores, print_json
+from nvmw.middleware import Middleware
+from nvmw.workloads.ycsb import YcsbConfig, measure_capacity, run_ycsb
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,16 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--interval", type=float, default=0.0,
                    help="also report per-interval p99/throughput every this many seconds")
-    p.add_argument("--engine", choices=["memory", "pmem"], default="memory")
-    p.add_argument("--path", default=None,
-                   help="pmem pool file (default: a temporary pool in /dev/shm, removed afterwards)")
-    p.add_argument("--no-control", action="store_true",
-                   help="thesis baseline: no queues/pools, at most 200 operations at once")
-    p.add_argument("--interactive-threads", type=int, default=2)
-    p.add_argument("--batch-threads", type=int, default=1)
-    p.add_argument("--window", type=float, default=1.0, help="monitor window, s (default %(default)s)")
-    p.add_argument("--device", default="none",
-                   help="emulated device profile: none | optane-1dimm | optane-6dimm (default %(default)s)")
+    add_store_args(p)
+    add_pool_args(p, default=(2, 1))
     p.add_argument("--capacity", action="store_true",
                    help="measure the generator's ceiling against a no-op engine instead")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -52,8 +44,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _config(args: argparse.Namespace):
-    from nvmw.lab.ycsb import YcsbConfig
-
     duration = args.duration if args.duration is not None else (0.0 if args.ops > 0 else 5.0)
     update = args.update_proportion
     if update is None:
@@ -85,12 +75,11 @@ def _print_table(result: dict) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         cfg = _config(args).validate()
+        control, interactive_threads, batch_threads = pool_config(args)
     except ValueError as e:
         raise SystemExit(f"nvmw ycsb: {e}")
     if args.capacity:
-        from nvmw.lab.ycsb import measure_capacity
-
-        result = measure_capacity(cfg, middleware_threads=args.interactive_threads)
+        result = measure_capacity(cfg, middleware_threads=interactive_threads)
         if args.json:
             print_json(result)
         else:
@@ -101,30 +90,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"({result['threads']} client threads, {result['cores']} cores, no-op engine)")
         return 0
 
-    pool_dir = None
-    path = args.path
-    if args.engine == "pmem" and path is None:
-        ensure_pmem_force(args.argv)  # the temporary pool lives on tmpfs
-        pool_dir = tempfile.mkdtemp(prefix="nvmw-ycsb-", dir="/dev/shm")
-        path = os.path.join(pool_dir, "ycsb.pool")
-    from nvmw.lab.ycsb import run_ycsb
-    from nvmw.middleware import Middleware
-
-    try:
-        with Middleware(path, engine=args.engine, interactive_threads=args.interactive_threads,
-                        batch_threads=args.batch_threads, window_s=args.window,
-                        control=not args.no_control, device=args.device) as mw:
+    with pool_path(args.engine, args.path, argv_of(args), "nvmw-ycsb-") as path:
+        with Middleware(path, engine=args.engine, interactive_threads=interactive_threads,
+                        batch_threads=batch_threads, window_s=args.window,
+                        control=control, device=args.device) as mw:
             result = run_ycsb(mw, cfg)
-    finally:
-        if pool_dir:
-            with contextlib.suppress(OSError):
-                os.remove(path)
-            with contextlib.suppress(OSError):
-                os.rmdir(pool_dir)
     result["config"] = cfg.to_options()
-    result["middleware"] = {"engine": args.engine, "control": not args.no_control,
-                            "interactive_threads": args.interactive_threads,
-                            "batch_threads": args.batch_threads, "window_s": args.window,
+    result["middleware"] = {"engine": args.engine, "control": control,
+                            "interactive_threads": interactive_threads,
+                            "batch_threads": batch_threads, "window_s": args.window,
                             "device": args.device}
     result["cores"] = cores()
     if args.json:

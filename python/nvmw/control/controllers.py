@@ -1,10 +1,12 @@
 """Controllers behind one interface: `reset()` and `act(obs, info) -> action | (i, b)`.
 
 An int is a thesis Table 3.3 action (0..8); a pair is a target (interactive, batch) thread
-count that the runner applies with `env.set_threads` before stepping with action 0.
-`info` is the previous step's info (the reset info at the first step): it carries
-"p99_us", "throughput", "phase", "threads" and "stats" (see nvmw.rl.envs).
-`requires_control` False means the run needs the middleware in no-control mode."""
+count. The control loop (nvmw.control.loop) applies either. `info` is the previous
+window's info (the reset info before the first window): it carries "p99_us",
+"throughput", "phase", "threads" and "stats" (the keys of nvmw.control.loop.INFO_KEYS).
+`requires_control` False means the run needs the middleware in no-control mode;
+`initial_threads` is the (interactive, batch) pair a run starts from, or None to start
+from whatever the run chooses (the controller's first decision takes over from there)."""
 from __future__ import annotations
 
 import json
@@ -14,7 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from nvmw.rl.sla import SLASpec, reward
+from nvmw.control.sla import SLASpec, reward
 
 Decision = "int | tuple[int, int]"
 
@@ -24,6 +26,7 @@ class Controller:
 
     name = "controller"
     requires_control = True
+    initial_threads: "tuple[int, int] | None" = None
 
     def reset(self) -> None:
         pass
@@ -50,6 +53,7 @@ class Fixed(Controller):
             raise ValueError("fixed thread counts must be >= 1")
         self.interactive, self.batch = int(interactive), int(batch)
         self.name = f"fixed-I{self.interactive}B{self.batch}"
+        self.initial_threads = (self.interactive, self.batch)
 
     def act(self, obs, info):
         return (self.interactive, self.batch)
@@ -129,6 +133,7 @@ class AIMD(Controller):
         self.lat_goal_us = float(lat_goal_us)
         self.backoff = float(backoff)
         self.initial = (int(initial[0]), int(initial[1]))
+        self.initial_threads = self.initial
         self.min_threads, self.max_threads = int(min_threads), int(max_threads)
         self.queue_threshold = float(queue_threshold)
         self.reset()
@@ -181,6 +186,7 @@ class Gradient(Controller):
         self.smoothing = float(smoothing)
         self.min_gradient = float(min_gradient)
         self.initial = (int(initial[0]), int(initial[1]))
+        self.initial_threads = self.initial
         self.min_threads, self.max_threads = int(min_threads), int(max_threads)
         self.long_window = int(long_window)
         self.reset()

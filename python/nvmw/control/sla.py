@@ -1,7 +1,9 @@
 """SLA specifications and the thesis reward (Algorithm 1).
 
 An `SLASpec` holds the goals and the min/max scaling bounds of Algorithm 1; specs live in
-TOML files (python/nvmw/data/sla/). `reward()` is Algorithm 1 as a pure function."""
+TOML files (python/nvmw/data/sla/). `reward()` is Algorithm 1 as a pure function, and
+`SLASpec.evaluate(stats)` is the one place a window's stats become metrics (p99,
+throughput, met flags, reward)."""
 from __future__ import annotations
 
 import dataclasses
@@ -130,6 +132,30 @@ class SLASpec:
         """(p99_us, ops_per_s) of the classes this spec judges, from a window-stats dict."""
         return (float(stats[self.latency_class]["p99_us"]),
                 float(stats[self.throughput_class]["ops_per_s"]))
+
+    def judge(self, p99_us: float, throughput: float) -> "Metrics":
+        """The window's tail latency and throughput held against this spec: met flags and
+        the Algorithm 1 reward."""
+        return Metrics(p99_us=float(p99_us), throughput=float(throughput),
+                       latency_met=bool(self.latency_met(p99_us)),
+                       throughput_met=bool(self.throughput_met(throughput)),
+                       reward=reward(p99_us, throughput, self))
+
+    def evaluate(self, stats: Mapping[str, Any]) -> "Metrics":
+        """`judge` of a window-stats dict (see `measure` for which classes count)."""
+        return self.judge(*self.measure(stats))
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """One window as the SLA sees it: the values it judges, whether each goal was met,
+    and the Algorithm 1 reward."""
+
+    p99_us: float
+    throughput: float
+    latency_met: bool
+    throughput_met: bool
+    reward: float
 
 
 def _scale(x: float, spec: SLASpec, max_x: float, max_scale: float) -> float:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import itertools
+import json
+import os
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from nvmw.rl.controllers import OracleFixed
+from nvmw.control.controllers import Fixed, OracleFixed
+from nvmw.control.loop import drive
+from nvmw.control.sla import SLASpec
 from nvmw.rl.envs import ControlEnv
-from nvmw.rl.sla import SLASpec
 
 DEFAULT_GRID = (1, 2, 4, 8, 16, 32)
 
@@ -18,7 +21,8 @@ def sweep_env(env: ControlEnv, *, phases: Sequence[int] = (1, 2, 3, 4), grid: Se
               windows: int = 5, settle_windows: int = 1, seed: int = 0, progress: bool = False,
               configs: Sequence[tuple[int, int]] | None = None) -> list[dict]:
     """Every (interactive, batch) pair of `grid` (or the given `configs`, in order) in every
-    phase, `windows` windows each (after `settle_windows` discarded). One row per window:
+    phase, `windows` windows each (after `settle_windows` discarded), each configuration a
+    fixed controller on the control loop. One row per window:
     phase, interactive_threads, batch_threads, p99_us (interactive), p99_all_us,
     throughput (all), offered_ops_per_s."""
     rows: list[dict] = []
@@ -28,18 +32,25 @@ def sweep_env(env: ControlEnv, *, phases: Sequence[int] = (1, 2, 3, 4), grid: Se
         from tqdm.auto import tqdm
         bar = tqdm(total=len(configs) * len(phases), desc="sweep", unit="cfg")
     for ph in phases:
-        env.reset(seed=seed + ph, options={"phase": int(ph), "threads": configs[0]})
+        obs, info = env.reset(seed=seed + ph, options={"phase": int(ph), "threads": configs[0]})
         for (i, b) in configs:
-            env.unwrapped.set_threads(i, b)
-            for k in range(settle_windows + windows):
-                _obs, _r, _term, _trunc, info = env.step(0)
-                if k < settle_windows:
-                    continue
+            seen = [0]
+
+            def record(_o, _a, _r, _no, _term, _trunc, info, ph=ph, i=i, b=b, seen=seen):
+                seen[0] += 1
+                if seen[0] <= settle_windows:
+                    return
                 stats = info.get("stats") or {}
                 rows.append({"phase": int(ph), "interactive_threads": i, "batch_threads": b,
                              "p99_us": info["p99_us"], "throughput": info["throughput"],
                              "p99_all_us": float(stats["all"]["p99_us"]) if stats else float("nan"),
                              "offered_ops_per_s": info["offered_ops_per_s"]})
+
+            # One long episode per phase: keep stepping past the env's own truncation.
+            remaining = settle_windows + windows
+            while remaining > 0:
+                obs, info, n, _ended = drive(env, Fixed(i, b), remaining, obs, info, on_step=record)
+                remaining -= n
             if bar is not None:
                 bar.update(1)
     if bar is not None:
@@ -136,3 +147,35 @@ def calibrate(rows: Sequence[Mapping[str, Any]], **kw) -> tuple[SLASpec, dict[in
     table = OracleFixed.best_configs(rows, spec)
     report["oracle"] = {str(k): list(v) for k, v in table.items()}
     return spec, table, report
+
+
+def load_sweep(paths: "str | os.PathLike | Sequence[str | os.PathLike]") -> tuple[list, dict | None]:
+    """Rows of one or more sweep files written by `save_sweep` (`nvmw calibrate --sweep-out`;
+    a bare list of rows is accepted too) and the first file's run header (None if no file
+    has one). ValueError for a file that is not a sweep."""
+    rows: list = []
+    header = None
+    for path in [paths] if isinstance(paths, (str, os.PathLike)) else paths:
+        with open(path, encoding="utf-8") as fh:
+            saved = json.load(fh)
+        if isinstance(saved, dict) and "rows" in saved:
+            rows.extend(saved["rows"])
+            header = header if header is not None else saved.get("run")
+        elif isinstance(saved, list):
+            rows.extend(saved)
+        else:
+            raise ValueError(f"{path}: not a sweep file (nvmw calibrate --sweep-out)")
+    return rows, header
+
+
+def save_sweep(path: "str | os.PathLike", rows: Sequence[Mapping[str, Any]], header: Mapping[str, Any]) -> None:
+    """The sweep's rows and run header, as `load_sweep` reads them."""
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump({"rows": list(rows), "run": dict(header)}, fh)
+
+
+def save_oracle(path: "str | os.PathLike", report: Mapping[str, Any], spec_name: str,
+                header: Mapping[str, Any]) -> None:
+    """The oracle table of a `calibrate` report as `OracleFixed.from_json` reads it."""
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump({"table": report["oracle"], "spec": spec_name, "run": dict(header)}, fh, indent=2)

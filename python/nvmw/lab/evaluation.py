@@ -2,6 +2,7 @@
 phase schedule, per-step traces, quartile tables, SLA-met fractions and a Figure E.1-like plot."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -9,8 +10,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from nvmw.rl.controllers import Controller
+from nvmw.control.controllers import Controller
+from nvmw.control.loop import drive
+from nvmw.control.sla import SLASpec
+from nvmw.lab.lineup import ControllerContext, build_controllers
+from nvmw.lab.runs import run_header
 from nvmw.rl.envs import ControlEnv, SeqPhaseEnv
+from nvmw.rl.registry import make_env
 
 TRACE_KEYS = ("step", "phase", "interactive_threads", "batch_threads", "reward", "p99_us", "throughput",
               "offered_ops_per_s", "sla_latency_met", "sla_throughput_met")
@@ -18,14 +24,16 @@ TRACE_KEYS = ("step", "phase", "interactive_threads", "batch_threads", "reward",
 
 class _Run:
     """One controller's long run, advanced a segment at a time (so that controllers can
-    take turns on the machine). The env is reset on the first call."""
+    take turns on the machine). The env is reset on the first call, at the controller's
+    own starting threads (`controller.initial_threads`) or else `initial_threads`."""
 
     def __init__(self, env: ControlEnv, controller: Controller, *, total_steps: int, switch_every: int, seed: int,
                  initial_threads: tuple[int, int], phases: Sequence[int]):
         self.env = env
         self.controller = controller
+        start = getattr(controller, "initial_threads", None) or initial_threads
         self.long_env = SeqPhaseEnv(env, total_steps=total_steps, switch_every=switch_every, phases=tuple(phases),
-                                    initial_threads=initial_threads)
+                                    initial_threads=start)
         self.total_steps = int(total_steps)
         self.seed = seed
         self.trace: dict[str, list] = {k: [] for k in TRACE_KEYS}
@@ -34,41 +42,34 @@ class _Run:
         self.done = False
         self._obs = self._info = None
 
+    def _record(self, _obs, _action, r, _next_obs, _term, _trunc, info, bar=None) -> None:
+        i, b = info["threads"]
+        for k, v in (("step", self.step), ("phase", info["phase"]), ("interactive_threads", i),
+                     ("batch_threads", b), ("reward", r), ("p99_us", info["p99_us"]),
+                     ("throughput", info["throughput"]), ("offered_ops_per_s", info["offered_ops_per_s"]),
+                     ("sla_latency_met", info["sla_latency_met"]),
+                     ("sla_throughput_met", info["sla_throughput_met"])):
+            self.trace[k].append(v)
+        self.step += 1
+        if bar is not None:
+            bar.update(1)
+
     def advance(self, n: int, bar=None) -> None:
         t0 = time.monotonic()
         if self._obs is None:
             self.controller.reset()
             self._obs, self._info = self.long_env.reset(seed=self.seed)
-        env = self.env.unwrapped
-        for _ in range(n):
-            if self.done or self.step >= self.total_steps:
-                self.done = True
-                break
-            decision = self.controller.act(self._obs, self._info)
-            if isinstance(decision, tuple):
-                if env.control:
-                    env.set_threads(*decision)
-                action = 0
-            else:
-                action = int(decision)
-            self._obs, r, term, trunc, info = self.long_env.step(action)
-            self._info = info
-            i, b = info["threads"]
-            for k, v in (("step", self.step), ("phase", info["phase"]), ("interactive_threads", i),
-                         ("batch_threads", b), ("reward", r), ("p99_us", info["p99_us"]),
-                         ("throughput", info["throughput"]), ("offered_ops_per_s", info["offered_ops_per_s"]),
-                         ("sla_latency_met", info["sla_latency_met"]),
-                         ("sla_throughput_met", info["sla_throughput_met"])):
-                self.trace[k].append(v)
-            self.step += 1
-            if bar is not None:
-                bar.update(1)
-            if term or trunc:
-                self.done = True
-                break
+        steps = min(int(n), self.total_steps - self.step)
+        if self.done or steps <= 0:
+            self.done = True
+        else:
+            self._obs, self._info, _n, ended = drive(
+                self.long_env, self.controller, steps, self._obs, self._info,
+                on_step=lambda *t: self._record(*t, bar=bar))
+            self.done = ended or self.step >= self.total_steps
         # Let the next controller have the machine (RealEnv stops its workload; the next
         # phase switch restarts it).
-        pause = getattr(env, "pause", None)
+        pause = getattr(self.env.unwrapped, "pause", None)
         if pause is not None and not self.done:
             pause()
         self.wall_s += time.monotonic() - t0
@@ -190,6 +191,31 @@ def evaluate_controllers(make_env: Callable[[bool], ControlEnv], controllers: Se
     for name, tr in traces.items():
         summaries[name] = summarize(tr, switch_every)
     return summaries, traces
+
+
+def evaluate_lineup(env_kind: str, controllers: Sequence[str], *, window_s: float, steps: int, switch_every: int,
+                    seed: int = 0, sla: SLASpec | str | None = None, device: str = "optane-1dimm",
+                    engine: str = "memory", path: str | None = None, sim_params: Any = None,
+                    context: ControllerContext | None = None, interleave: bool = True, progress: bool = False,
+                    **header_extra: Any) -> tuple[dict, dict, dict]:
+    """The long run of a line-up of controller names (nvmw.lab.lineup) on fresh envs of
+    one kind (nvmw.rl.make_env): the SLA spec is resolved once (`sla`, default the
+    calibrated one for `device`) and shared by every env and by the controllers aiming at
+    its latency goal. Returns (summaries, traces, run header)."""
+    probe = make_env(env_kind, window_s=window_s, sla=sla, device=device, engine=engine)
+    spec = probe.sla
+    header = run_header(env_kind, probe, steps=steps, switch_every=switch_every, seed=seed, **header_extra)
+    probe.close()
+    ctx = dataclasses.replace(context or ControllerContext(), sla=spec)
+    ctrls = build_controllers(controllers, ctx)
+
+    def fresh_env(control: bool) -> ControlEnv:
+        return make_env(env_kind, window_s=window_s, sla=spec, device=device, engine=engine, control=control,
+                        path=path, max_episode_steps=steps, sim_params=sim_params)
+
+    summaries, traces = evaluate_controllers(fresh_env, ctrls, total_steps=steps, switch_every=switch_every,
+                                             seed=seed, progress=progress, interleave=interleave)
+    return summaries, traces, header
 
 
 def markdown_report(summaries: Mapping[str, Mapping[str, Any]], header: Mapping[str, Any]) -> str:

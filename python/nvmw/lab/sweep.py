@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from nvmw import _core
-from nvmw.lab.ycsb import YcsbConfig, YcsbWorkload
+from nvmw.middleware import Middleware
+from nvmw.workloads.ycsb import YcsbConfig, YcsbWorkload
 
 DEFAULT_GRID_I = (1, 2, 4, 8, 16, 32)
 DEFAULT_GRID_B = (1, 2, 4, 8, 16, 24, 32)
@@ -149,8 +150,6 @@ def batch_trace(cfg: SweepConfig) -> "_core.Trace":
 
 
 def _open_middleware(cfg: SweepConfig, control: bool, i: int, b: int, pool_dir: Optional[str]):
-    from nvmw.middleware import Middleware
-
     kwargs = dict(interactive_threads=i, batch_threads=b, window_s=cfg.window_s, control=control,
                   no_control_max_inflight=cfg.no_control_max_inflight)
     path = os.path.join(pool_dir, "sweep.pool") if cfg.engine == "pmem" else None

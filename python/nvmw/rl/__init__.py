@@ -1,14 +1,12 @@
-"""Reinforcement-learning control of the middleware's thread pools (thesis 3.4, 4.3).
-
-Reward and SLA specs (`reward`, `SLASpec`), the Q-learning agent (`QLearningAgent`),
-Gymnasium environments (`RealEnv`, `SyntheticEnv`, `SeqPhaseEnv`), controllers behind one
-interface, and the evaluation's long run. Importing this package does not start anything."""
-from nvmw.rl.sla import SLASpec, load_spec, reward
+"""Reinforcement learning for the middleware's thread pools (thesis 3.4): Gymnasium
+environments (`RealEnv`, `SimEnv`, `SyntheticEnv`, `SeqPhaseEnv`, `make_env`), the
+Q-learning agent of Algorithm 2 (`QLearningAgent`) and its offline pretraining
+(`nvmw.rl.pretrain`). The SLA spec, reward and controllers are `nvmw.control`.
+Importing this package does not start anything."""
 from nvmw.rl.agent import QLearningAgent
-from nvmw.rl.demo import demo_comparison
-from nvmw.rl.envs import ACTION_DELTAS, STATE_NAMES, ControlEnv, RealEnv, SeqPhaseEnv, SyntheticEnv, apply_action
+from nvmw.rl.envs import ControlEnv, RealEnv, SeqPhaseEnv, SyntheticEnv
+from nvmw.rl.registry import ENV_KINDS, make_env
+from nvmw.rl.sim import SimEnv
 
-__all__ = [
-    "SLASpec", "load_spec", "reward", "QLearningAgent", "RealEnv", "SyntheticEnv", "SeqPhaseEnv",
-    "ControlEnv", "ACTION_DELTAS", "STATE_NAMES", "apply_action", "demo_comparison",
-]
+__all__ = ["QLearningAgent", "ControlEnv", "RealEnv", "SimEnv", "SyntheticEnv", "SeqPhaseEnv", "ENV_KINDS",
+           "make_env"]

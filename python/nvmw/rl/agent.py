@@ -18,8 +18,12 @@ from sklearn.linear_model import SGDRegressor
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import PolynomialFeatures, StandardScaler
 
-N_ACTIONS = 9
-N_FEATURES = 8
+from nvmw import _core
+from nvmw.control.loop import drive
+
+#: Thesis Table 3.3 actions and Table 3.2 state features, as the core defines them.
+N_ACTIONS = int(_core.N_ACTIONS)
+N_FEATURES = len(_core.STATE_NAMES)
 
 # Table D.2's common choice: degree 2, invscaling, squared loss, elasticnet, alpha 0.01.
 DEFAULT_MODEL_PARAMS: dict[str, Any] = {
@@ -65,6 +69,20 @@ def transform_features(X: np.ndarray, how: str) -> np.ndarray:
     if how == "none":
         return X
     raise ValueError(f"feature_transform must be 'log1p' or 'none', got {how!r}")
+
+
+#: Step budget of one training episode: the env's own truncation ends it first.
+_UNTIL_EPISODE_ENDS = 1 << 62
+
+
+class _Exploring:
+    """The agent as a controller of the control loop: epsilon-greedy actions."""
+
+    def __init__(self, agent: "QLearningAgent"):
+        self.agent = agent
+
+    def act(self, obs, info) -> int:
+        return self.agent.act(obs)
 
 
 def _median(xs: list[float]) -> float:
@@ -302,24 +320,24 @@ class QLearningAgent:
         if progress:
             from tqdm.auto import tqdm
             bar = tqdm(total=episodes, desc="q-learning", unit="ep")
+        explorer = _Exploring(self)
         for ep in range(episodes):
             ep_seed = None if seed is None else seed + ep
             obs, info = env.reset(seed=ep_seed, options=dict(reset_options or {}) or None)
-            rewards, p99s, tps = [], [], []
-            step = 0
-            while True:
-                a = self.act(obs)
-                nobs, r, term, trunc, info = env.step(a)
-                self.update(obs, a, r, nobs, term, trunc)
+            rewards: list[float] = []
+            p99s: list[float] = []
+            tps: list[float] = []
+
+            def learn_from(o, a, r, next_o, term, trunc, step_info, ep=ep):
+                self.update(o, a, r, next_o, term, trunc)
                 rewards.append(float(r))
-                p99s.append(float(info.get("p99_us", np.nan)))
-                tps.append(float(info.get("throughput", np.nan)))
+                p99s.append(float(step_info.get("p99_us", np.nan)))
+                tps.append(float(step_info.get("throughput", np.nan)))
                 if callback is not None:
-                    callback(ep, step, info)
-                obs = nobs
-                step += 1
-                if term or trunc:
-                    break
+                    callback(ep, len(rewards) - 1, step_info)
+
+            # The episode ends when the env terminates or truncates (max_episode_steps).
+            _obs, _info, step, _ended = drive(env, explorer, _UNTIL_EPISODE_ENDS, obs, info, on_step=learn_from)
             eps_used = self.epsilon_
             self.end_episode()
             history.append({

@@ -2,48 +2,41 @@
 
 `RealEnv` drives the real middleware under a phase workload, one monitor window per step.
 `SyntheticEnv` is a small analytic stand-in with the same spaces and info convention (for
-unit tests and demos where no middleware is wanted; it is NOT the calibrated simulator of
-DESIGN section 7). `SeqPhaseEnv` wraps either and switches phases in a seeded random order
-(the evaluation's long run).
+unit tests and demos where no middleware is wanted; it is NOT the calibrated simulator,
+which is `nvmw.rl.sim.SimEnv`). `SeqPhaseEnv` wraps any of them and switches phases in a
+seeded random order (the evaluation's long run).
 
-Info convention (every step): "stats" (the full window-stats dict, or None for synthetic
-envs without one), "p99_us" and "throughput" (the values the SLA judges), "offered_ops_per_s",
-"phase", "threads" [i, b], "window_s", "sla_latency_met", "sla_throughput_met", "control".
-Envs also offer `set_threads(i, b)` and `switch_phase(n)` (threads kept) so controllers that
-set thread targets directly, and the long run, can drive any of them."""
+Every env is a plant of one `nvmw.control.loop.ControlLoop`: `step(action)` is one
+iteration of that loop (action through the core's Table 3.3, next window, SLA verdict).
+Info convention (every step, keys `nvmw.control.loop.INFO_KEYS`): "stats" (the full
+window-stats dict, or None for synthetic envs without one), "p99_us" and "throughput"
+(the values the SLA judges), "offered_ops_per_s", "phase", "threads" [i, b], "window_s",
+"sla_latency_met", "sla_throughput_met", "control". Envs also offer `set_threads(i, b)`
+and `switch_phase(n)` (threads kept) so controllers that set thread targets directly, and
+the long run, can drive any of them."""
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Union
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
 
-from nvmw.rl.sla import SLASpec, load_spec, reward
-
-N_ACTIONS = 9
-# Thesis Table 3.3: (d_interactive, d_batch) per action.
-ACTION_DELTAS = ((0, 0), (1, 0), (-1, 0), (0, 1), (0, -1), (1, 1), (1, -1), (-1, 1), (-1, -1))
-STATE_NAMES = (
-    "interactive_threads", "batch_threads", "interactive_queue_size", "batch_queue_size",
-    "interactive_block_size", "batch_block_size", "interactive_write_ratio", "batch_write_ratio",
-)
-
-
-def apply_action(threads: tuple[int, int], action: int, max_threads: int = 32) -> tuple[int, int]:
-    """Thread counts after a Table 3.3 action, clamped to [1, max_threads]."""
-    di, db = ACTION_DELTAS[int(action)]
-    return (min(max_threads, max(1, threads[0] + di)), min(max_threads, max(1, threads[1] + db)))
+from nvmw import _core
+from nvmw.control.loop import ControlLoop, Reading, check_threads
+from nvmw.control.sla import SLASpec, load_spec
+from nvmw.middleware import Middleware
+from nvmw.workloads.phases import Phase, PhaseWorkload, load_phase
 
 
 class ControlEnv(gym.Env):
     """Shared logic: spaces, seeding, thread bookkeeping, reward, info, truncation.
 
-    Subclasses implement `_restart(phase, threads, workload_seed)`, `_set_threads(i, b)`,
-    `_switch_phase(phase)`, `_next_window() -> (stats_or_None, p99_us, throughput, obs8)`,
-    and `_offered_ops_per_s()`."""
+    Subclasses are the loop's plant: they implement `_restart(phase, threads, workload_seed)`,
+    `apply_threads(i, b)`, `read_window() -> Reading`, `_switch_phase(phase)` and
+    `_offered_ops_per_s()`."""
 
     metadata = {"render_modes": []}
     phases: tuple[int, ...] = (1, 2, 3, 4)
@@ -56,7 +49,7 @@ class ControlEnv(gym.Env):
         if max_episode_steps < 1:
             raise ValueError("max_episode_steps must be >= 1")
         if initial_threads is not None:
-            self._check_threads(initial_threads, max_threads)
+            check_threads(initial_threads, max_threads)
         self.phase = int(phase)
         self.max_episode_steps = int(max_episode_steps)
         self.sla = sla if isinstance(sla, SLASpec) else load_spec(sla)
@@ -67,19 +60,13 @@ class ControlEnv(gym.Env):
         # Finite bounds: threads <= max, queues/blocks far above any real value, ratios in [0, 1].
         high = np.array([max_threads, max_threads, 1e9, 1e9, 2.0**32, 2.0**32, 1.0, 1.0], dtype=np.float32)
         self.observation_space = spaces.Box(np.zeros(8, np.float32), high, dtype=np.float32)
-        self.action_space = spaces.Discrete(N_ACTIONS)
-        self._threads = (1, 1)
+        self.action_space = spaces.Discrete(_core.N_ACTIONS)
+        self.loop = ControlLoop(self, self.sla, max_threads=self.max_threads, control=self.control)
         self._t = 0
-
-    @staticmethod
-    def _check_threads(threads, max_threads: int) -> None:
-        i, b = threads
-        if not (1 <= int(i) <= max_threads and 1 <= int(b) <= max_threads):
-            raise ValueError(f"threads must be in [1, {max_threads}], got {tuple(threads)}")
 
     @property
     def threads(self) -> tuple[int, int]:
-        return self._threads
+        return self.loop.threads
 
     def reset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None):
         """Restart the phase workload and the thread configuration.
@@ -98,15 +85,14 @@ class ControlEnv(gym.Env):
             raise ValueError(f"phase must be one of {self.phases}, got {phase!r}")
         spec = opts.get("threads", self.initial_threads if self.initial_threads is not None else "random")
         if spec == "keep":
-            threads = self._threads
+            threads = self.loop.threads
         elif spec == "random":
             threads = tuple(int(x) for x in self.np_random.integers(1, self.max_threads + 1, size=2))
         else:
-            self._check_threads(spec, self.max_threads)
-            threads = (int(spec[0]), int(spec[1]))
+            threads = check_threads(spec, self.max_threads)
         workload_seed = int(self.np_random.integers(0, 2**31 - 1))
         self.phase = phase
-        self._threads = threads
+        self.loop.restart(threads)
         self._t = 0
         self._restart(phase, threads, workload_seed)
         obs = np.zeros(8, dtype=np.float32)
@@ -116,10 +102,7 @@ class ControlEnv(gym.Env):
 
     def set_threads(self, interactive: int, batch: int) -> None:
         """Set both pools directly (for controllers that output thread targets)."""
-        self._check_threads((interactive, batch), self.max_threads)
-        self._threads = (int(interactive), int(batch))
-        if self.control:
-            self._set_threads(*self._threads)
+        self.loop.set_threads(interactive, batch)
 
     def switch_phase(self, phase: int) -> None:
         """Change the running workload to another phase, keeping the threads."""
@@ -130,43 +113,38 @@ class ControlEnv(gym.Env):
 
     def step(self, action):
         if not self.action_space.contains(action):
-            raise ValueError(f"action must be an int in [0, {N_ACTIONS}), got {action!r}")
-        if self.control:
-            new = apply_action(self._threads, int(action), self.max_threads)
-            if new != self._threads:
-                self._threads = new
-                self._set_threads(*new)
-        stats, p99, tp, obs = self._next_window()
+            raise ValueError(f"action must be an int in [0, {_core.N_ACTIONS}), got {action!r}")
+        w = self.loop.step(int(action))
         self._t += 1
-        r = reward(p99, tp, self.sla)
         truncated = self._t >= self.max_episode_steps
+        m = w.metrics
         info = {
-            "stats": stats,
-            "p99_us": float(p99),
-            "throughput": float(tp),
+            "stats": w.stats,
+            "p99_us": m.p99_us,
+            "throughput": m.throughput,
             "offered_ops_per_s": float(self._offered_ops_per_s()),
             "phase": self.phase,
             # No-control has no pools: report 0 workers (as the observation does).
-            "threads": list(self._threads) if self.control else [0, 0],
+            "threads": list(w.threads) if self.control else [0, 0],
             "window_s": self.window_s,
-            "sla_latency_met": bool(self.sla.latency_met(p99)),
-            "sla_throughput_met": bool(self.sla.throughput_met(tp)),
+            "sla_latency_met": m.latency_met,
+            "sla_throughput_met": m.throughput_met,
             "control": self.control,
         }
-        obs = np.clip(np.asarray(obs, dtype=np.float32), self.observation_space.low, self.observation_space.high)
-        return obs, float(r), False, bool(truncated), info
+        obs = np.clip(np.asarray(w.obs, dtype=np.float32), self.observation_space.low, self.observation_space.high)
+        return obs, float(m.reward), False, bool(truncated), info
 
     # --- backend hooks --------------------------------------------------------------
     def _restart(self, phase: int, threads: tuple[int, int], workload_seed: int) -> None:
         raise NotImplementedError
 
-    def _set_threads(self, interactive: int, batch: int) -> None:
+    def apply_threads(self, interactive: int, batch: int) -> None:
+        raise NotImplementedError
+
+    def read_window(self) -> Reading:
         raise NotImplementedError
 
     def _switch_phase(self, phase: int) -> None:
-        raise NotImplementedError
-
-    def _next_window(self):
         raise NotImplementedError
 
     def _offered_ops_per_s(self) -> float:
@@ -174,20 +152,27 @@ class ControlEnv(gym.Env):
 
 
 class RealEnv(ControlEnv):
-    """The real middleware under a phase workload (nvmw.lab.phases), one window per step.
+    """The real middleware under a phase workload (nvmw.workloads.phases), one window per step.
 
     The middleware and its engine are created at the first reset and reused; each reset
     restarts the phase workload (seeded from np_random) and sets the threads, then discards
     `warmup_windows` windows so the first step sees only the new episode. Nondeterministic
-    by nature (real time), which its spec declares."""
+    by nature (real time), which its spec declares. `phase` may also be a loaded `Phase`
+    (e.g. from a TOML file of one's own): the env then runs that phase only.
+    `rate_scale` multiplies both classes' offered rates."""
 
-    def __init__(self, phase: int = 1, *, window_s: float = 1.0, max_episode_steps: int = 200,
+    def __init__(self, phase: Union[int, Phase] = 1, *, window_s: float = 1.0, max_episode_steps: int = 200,
                  sla: SLASpec | str | None = None, engine: str = "memory", path: str | None = None,
                  device: str | None = "optane-1dimm", control: bool = True, max_threads: int = 32,
                  initial_threads: tuple[int, int] | None = None, warmup_windows: int = 1,
-                 window_timeout_s: float | None = None):
+                 window_timeout_s: float | None = None, rate_scale: float = 1.0):
         if not window_s > 0:
             raise ValueError(f"window_s must be > 0, got {window_s}")
+        self._phase_defs: dict[int, Phase] = {}
+        if isinstance(phase, Phase):
+            self._phase_defs[phase.number] = phase
+            self.phases = (phase.number,)
+            phase = phase.number
         super().__init__(phase, max_episode_steps=max_episode_steps, sla=sla, max_threads=max_threads,
                          initial_threads=initial_threads, control=control, window_s=window_s)
         self.engine = engine
@@ -195,6 +180,7 @@ class RealEnv(ControlEnv):
         self.device = device or "none"
         self.warmup_windows = int(warmup_windows)
         self.window_timeout_s = window_timeout_s or max(5.0, 20 * window_s)
+        self.rate_scale = float(rate_scale)
         self.mw = None
         self.workload = None
         self._seq = 0
@@ -207,20 +193,17 @@ class RealEnv(ControlEnv):
 
     def _ensure_middleware(self, threads: tuple[int, int]) -> None:
         if self.mw is None:
-            from nvmw.middleware import Middleware
-
             self.mw = Middleware(self.path, engine=self.engine, interactive_threads=threads[0],
                                  batch_threads=threads[1], max_threads=self.max_threads,
                                  window_s=self.window_s, control=self.control,
                                  device=None if self.device == "none" else self.device)
 
     def _start_workload(self, phase: int, seed: int) -> None:
-        from nvmw.lab.phases import PhaseWorkload, load_phase
-
         if self.workload is not None:
             self.workload.stop()
             self.workload = None
-        self.workload = PhaseWorkload(load_phase(phase), self.mw.core, seed=seed)
+        definition = self._phase_defs.get(phase) or load_phase(phase)
+        self.workload = PhaseWorkload(definition, self.mw.core, seed=seed, rate_scale=self.rate_scale)
         self.workload.start()
 
     def _restart(self, phase, threads, workload_seed):
@@ -234,7 +217,7 @@ class RealEnv(ControlEnv):
         for _ in range(self.warmup_windows):
             self._seq = int(self.mw.wait_for_window(self._seq, self.window_timeout_s)["seq"])
 
-    def _set_threads(self, interactive, batch):
+    def apply_threads(self, interactive, batch):
         self.mw.set_threads(interactive, batch)
 
     def _switch_phase(self, phase):
@@ -247,26 +230,28 @@ class RealEnv(ControlEnv):
             for _ in range(self.warmup_windows):
                 self._seq = int(self.mw.wait_for_window(self._seq, self.window_timeout_s)["seq"])
 
-    def pause(self) -> None:
+    def pause(self) -> dict | None:
         """Stop the workload (threads and store kept) until the next reset or phase switch:
-        lets several envs take turns on one machine (the interleaved evaluation)."""
-        if self.workload is not None:
-            self.workload.stop()
-            self.workload = None
-            self._paused = True
+        lets several envs take turns on one machine (the interleaved evaluation). Returns
+        the stopped replays' results ({"interactive": ..., "batch": ...}), None if none ran."""
+        if self.workload is None:
+            return None
+        results = self.workload.stop()
+        self.workload = None
+        self._paused = True
+        return results
 
-    def _next_window(self):
+    def read_window(self) -> Reading:
         if self.mw is None:
             raise RuntimeError("call reset() before step()")
         stats = self.mw.wait_for_window(self._seq, self.window_timeout_s)
         self._seq = int(stats["seq"])
-        p99, tp = self.sla.measure(stats)
         state = list(self.mw.get_state())
         if not self.control:
             # No-control has no pools; report the callers' concurrency as "threads" 0.
             state[0], state[1] = 0.0, 0.0
         obs = np.maximum(np.asarray(state, dtype=np.float64), 0.0)
-        return stats, p99, tp, obs
+        return Reading(obs=obs, stats=stats)
 
     def _offered_ops_per_s(self):
         if self.workload is None:
@@ -318,7 +303,7 @@ class SyntheticEnv(ControlEnv):
     def _restart(self, phase, threads, workload_seed):
         self._backlog = [0.0, 0.0]
 
-    def _set_threads(self, interactive, batch):
+    def apply_threads(self, interactive, batch):
         pass
 
     def _switch_phase(self, phase):
@@ -345,17 +330,18 @@ class SyntheticEnv(ControlEnv):
         tp = min(lam_i, cap_i) + min(lam_b, cap_b)
         return p99, tp, cap_i, cap_b
 
-    def _next_window(self):
+    def read_window(self) -> Reading:
         lam_i, lam_b, _si, _sb, blk_i, blk_b, wr_i, wr_b, _k = self.PHASES[self.phase]
-        p99, tp, cap_i, cap_b = self.model(self._threads)
+        threads = self.loop.threads
+        p99, tp, cap_i, cap_b = self.model(threads)
         z = self.np_random.normal(0.0, self.noise, size=2)
         p99 *= math.exp(z[0])
         tp *= math.exp(z[1])
         for k, (lam, cap) in enumerate(((lam_i, cap_i), (lam_b, cap_b))):
             self._backlog[k] = max(0.0, self._backlog[k] + (lam - cap) * self.window_s * 0.01)
-        obs = np.array([self._threads[0], self._threads[1], self._backlog[0], self._backlog[1],
+        obs = np.array([threads[0], threads[1], self._backlog[0], self._backlog[1],
                         blk_i, blk_b, wr_i, wr_b], dtype=np.float64)
-        return None, p99, tp, obs
+        return Reading(obs=obs, p99_us=p99, throughput=tp)
 
 
 class SeqPhaseEnv(gym.Wrapper):

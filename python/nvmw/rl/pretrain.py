@@ -11,7 +11,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from nvmw.rl.agent import N_ACTIONS, make_pipeline, transform_features
+from nvmw.control.loop import drive
+from nvmw.rl.agent import N_ACTIONS, N_FEATURES, make_pipeline, transform_features
 
 # Table D.1 (scikit-learn spelling: the thesis's 'squared' loss is 'squared_error').
 FULL_GRID: dict[str, list] = {
@@ -48,35 +49,45 @@ def collect_transitions(env, *, episodes_per_phase: int = 150, phases: Sequence[
         from tqdm.auto import tqdm
         bar = tqdm(total=episodes_per_phase * len(phases), desc="collect", unit="ep")
     ep_seed = int(rng.integers(0, 2**31 - 1))
+    random_agent = _RandomActions(rng)
     for ph in phases:
+
+        def record(obs, a, r, nobs, term, trunc, info, ph=ph):
+            for k, v in (("states", obs), ("actions", a), ("rewards", r), ("next_states", nobs),
+                         ("terminated", term), ("truncated", trunc), ("phases", ph),
+                         ("p99_us", info["p99_us"]), ("throughput", info["throughput"])):
+                cols[k].append(v)
+
         for _ep in range(episodes_per_phase):
-            obs, _info = env.reset(seed=ep_seed, options={"phase": int(ph)})
+            obs, info = env.reset(seed=ep_seed, options={"phase": int(ph)})
             ep_seed += 1
-            while True:
-                a = int(rng.integers(N_ACTIONS))
-                nobs, r, term, trunc, info = env.step(a)
-                for k, v in (("states", obs), ("actions", a), ("rewards", r), ("next_states", nobs),
-                             ("terminated", term), ("truncated", trunc), ("phases", ph),
-                             ("p99_us", info["p99_us"]), ("throughput", info["throughput"])):
-                    cols[k].append(v)
-                obs = nobs
-                if term or trunc:
-                    break
+            # The episode ends when the env truncates it (max_episode_steps).
+            drive(env, random_agent, 1 << 62, obs, info, on_step=record)
             if bar is not None:
                 bar.update(1)
     if bar is not None:
         bar.close()
     return {
-        "states": np.asarray(cols["states"], np.float64).reshape(-1, 8),
+        "states": np.asarray(cols["states"], np.float64).reshape(-1, N_FEATURES),
         "actions": np.asarray(cols["actions"], np.int64),
         "rewards": np.asarray(cols["rewards"], np.float64),
-        "next_states": np.asarray(cols["next_states"], np.float64).reshape(-1, 8),
+        "next_states": np.asarray(cols["next_states"], np.float64).reshape(-1, N_FEATURES),
         "terminated": np.asarray(cols["terminated"], bool),
         "truncated": np.asarray(cols["truncated"], bool),
         "phases": np.asarray(cols["phases"], np.int64),
         "p99_us": np.asarray(cols["p99_us"], np.float64),
         "throughput": np.asarray(cols["throughput"], np.float64),
     }
+
+
+class _RandomActions:
+    """The thesis's random agent as a controller: uniform actions from a seeded RNG."""
+
+    def __init__(self, rng: np.random.Generator):
+        self.rng = rng
+
+    def act(self, obs, info) -> int:
+        return int(self.rng.integers(N_ACTIONS))
 
 
 def save_transitions(path: str | os.PathLike, data: Mapping[str, np.ndarray], meta: Mapping[str, Any] | None = None) -> None:

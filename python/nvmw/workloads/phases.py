@@ -1,15 +1,16 @@
 """The thesis's four RL phases (Appendix C) as data: `load_phase(n_or_path)` reads a TOML
-phase file (shipped ones in nvmw/data/phases/), and `PhaseWorkload` co-runs its
-interactive and batch trace replays in the background on a `_core.Middleware`. Also the
-controller hook of `nvmw run-phase` (`make_controller`, extensible with
-`register_controller`)."""
+phase file (shipped ones in nvmw/data/phases/), `PhaseWorkload` co-runs its interactive
+and batch trace replays in the background on a `_core.Middleware`, and `phase_workloads`
+gives the same traces in the form the simulator takes."""
 from __future__ import annotations
 
 import functools
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
+
+import numpy as np
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -17,7 +18,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from nvmw import _core
-from nvmw.lab import traces
+from nvmw.workloads import traces
 
 PHASE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "phases")
 SOURCES = ("azure", "svd", "file")
@@ -238,122 +239,33 @@ class PhaseWorkload:
         self.stop()
 
 
-# ---- controllers for `nvmw run-phase` ----------------------------------------------------
-
-#: kind -> factory(argument string after "kind:" or "") returning a controller with
-#: `requires_control`, `reset()` and `act(obs, info) -> action | (i, b)` (nvmw.rl.controllers).
-CONTROLLER_FACTORIES: dict[str, Callable[[str], Any]] = {}
-
-
-def register_controller(kind: str, factory: Callable[[str], Any]) -> None:
-    """Make `make_controller("kind:args")` build controllers with `factory(args)`."""
-    CONTROLLER_FACTORIES[kind] = factory
-
-
-def _fixed(arg: str):
-    from nvmw.rl.controllers import Fixed
-
-    try:
-        i, b = (int(x) for x in arg.split(","))
-    except ValueError:
-        raise ValueError(f"fixed controller wants 'fixed:I,B' (e.g. fixed:10,10), got 'fixed:{arg}'") from None
-    return Fixed(i, b)
+def _sim_class_workload(spec, trace, accel: float) -> dict:
+    recs = trace.records()
+    t = np.array([r[0] for r in recs], dtype=np.float64)
+    t = (t - t[0]) / accel
+    span = float(t[-1]) if len(t) else 0.0
+    # As the replay loops: one mean gap closes the loop (nvmw/src/workload/replay.cc).
+    gap = span / (len(t) - 1) if len(t) > 1 and span > 0 else 1e6 / accel
+    return {"times_us": t.tolist(), "writes": [1 if r[1] == "write" else 0 for r in recs],
+            "bytes": [int(r[3]) for r in recs], "period_us": span + max(gap, 1e-3),
+            "clients": int(spec.clients)}
 
 
-def _none(arg: str):
-    from nvmw.rl.controllers import NoControl
-
-    if arg:
-        raise ValueError("the 'none' controller takes no argument")
-    return NoControl()
-
-
-register_controller("fixed", _fixed)
-register_controller("none", _none)
-
-
-def make_controller(spec: Union[str, Callable, Any]):
-    """A controller from "none", "fixed:I,B" or any registered "kind[:args]"; a controller
-    object (has `act`) is returned as is, and a plain callable ``f(obs, info)`` is wrapped."""
-    if hasattr(spec, "act"):
-        return spec
-    if callable(spec):
-        return _CallableController(spec)
-    kind, _, arg = str(spec).partition(":")
-    if kind not in CONTROLLER_FACTORIES:
-        raise ValueError(f"unknown controller {spec!r}: kinds are {sorted(CONTROLLER_FACTORIES)}")
-    return CONTROLLER_FACTORIES[kind](arg)
-
-
-@dataclass
-class _CallableController:
-    fn: Callable
-    name: str = "callable"
-    requires_control: bool = True
-
-    def reset(self) -> None:
-        pass
-
-    def act(self, obs, info):
-        return self.fn(obs, info)
-
-
-def run_phase(phase: Union[Phase, int, str], *, duration_s: float = 30.0, controller: Any = "fixed:10,10",
-              window_s: float = 1.0, engine: str = "memory", path: Optional[str] = None,
-              device: Optional[str] = None, seed: int = 0, rate_scale: float = 1.0,
-              on_window: Optional[Callable[[dict], None]] = None) -> dict:
-    """Run a phase co-located on a fresh middleware for `duration_s`, consulting the
-    controller once per window. Returns {"windows": [...], "replay": {...}, ...}; each
-    window row has threads, ops/s, interactive p99 and batch throughput, queue lengths."""
-    from nvmw.middleware import Middleware
-
-    ph = phase if isinstance(phase, Phase) else load_phase(phase)
-    ctl = make_controller(controller)
-    ctl.reset()
-    control = bool(getattr(ctl, "requires_control", True))
-    init = (15, 15)
-    first = ctl.act([0.0] * 8, {"phase": ph.number, "threads": list(init), "stats": None})
-    if isinstance(first, (tuple, list)):
-        init = (int(first[0]), int(first[1]))
-    rows = []
-    with Middleware(path, engine=engine, interactive_threads=init[0], batch_threads=init[1],
-                    window_s=window_s, control=control, device=device) as mw:
-        work = PhaseWorkload(ph, mw.core, seed=seed, rate_scale=rate_scale)
-        work.start()
-        try:
-            seq = int(mw.get_stats()["seq"])
-            n_windows = max(1, int(round(duration_s / window_s)))
-            for _ in range(n_windows):
-                stats = mw.wait_for_window(seq, max(5.0, 20 * window_s))
-                seq = int(stats["seq"])
-                i, b = stats["interactive"], stats["batch"]
-                row = {
-                    "seq": seq,
-                    "interactive_threads": i["threads"], "batch_threads": b["threads"],
-                    "ops_per_s": stats["all"]["ops_per_s"],
-                    "interactive_ops_per_s": i["ops_per_s"], "interactive_p99_us": i["p99_us"],
-                    "batch_ops_per_s": b["ops_per_s"], "batch_bytes_per_s": b["bytes_per_s"],
-                    "batch_p99_us": b["p99_us"],
-                    "interactive_queue": i["queue_len_end"], "batch_queue": b["queue_len_end"],
-                    "offered_ops_per_s": work.offered_ops_per_s(),
-                }
-                rows.append(row)
-                if on_window is not None:
-                    on_window(row)
-                info = {"phase": ph.number, "threads": [i["threads"], b["threads"]], "stats": stats,
-                        "p99_us": i["p99_us"], "throughput": stats["all"]["ops_per_s"]}
-                decision = ctl.act(list(mw.get_state()), info)
-                if control:
-                    if isinstance(decision, (tuple, list)):
-                        mw.set_threads(int(decision[0]), int(decision[1]))
-                    elif decision:
-                        mw.perform_action(int(decision))
-        finally:
-            results = work.stop()
-    return {"phase": ph.number, "controller": getattr(ctl, "name", str(controller)),
-            "window_s": window_s, "engine": engine, "device": device or "none",
-            "windows": rows, "replay": results}
+@functools.lru_cache(maxsize=64)
+def phase_workloads(phase: int, seed: int, rate_scale: float = 1.0) -> tuple[dict, dict, float]:
+    """(interactive, batch, offered ops/s) of a shipped phase as the simulator takes them
+    (arrival times, write flags, sizes, loop period, clients per class), built from the
+    very traces `PhaseWorkload(phase, seed=seed)` replays."""
+    ph = load_phase(int(phase))
+    out = []
+    offered = 0.0
+    for spec, prefix, salt in ((ph.interactive, "i/", 0), (ph.batch, "b/", 7919)):
+        trace = build_trace(spec, seed * 2 + 1 + salt, prefix)
+        w = _sim_class_workload(spec, trace, _accel(spec, trace, rate_scale))
+        offered += len(w["times_us"]) / (w["period_us"] / 1e6)
+        out.append(w)
+    return out[0], out[1], offered
 
 
 __all__ = ["ClassWorkload", "Phase", "PhaseWorkload", "load_phase", "list_phases", "build_trace",
-           "make_controller", "register_controller", "run_phase", "CONTROLLER_FACTORIES"]
+           "phase_workloads", "PHASE_DIR"]

@@ -1,0 +1,132 @@
+"""Arguments several commands share, spelled once: the store (--engine, --path,
+--device, --window), the RL environment (--env, --sim-params, --sla, --steps, --seed on
+top of the store), controller names, and the temporary pmem pool. Old spellings still
+work and print a deprecation note on stderr."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+from typing import Iterator, Optional
+
+from nvmw.commands._util import ensure_pmem_force
+from nvmw.control.controllers import NoControl
+from nvmw.lab.lineup import CONTROLLER_NAMES, ControllerContext, canonical_name, deprecated, make_controller
+from nvmw.rl.envs import ControlEnv
+from nvmw.rl.registry import ENV_KINDS, make_env
+
+ENGINES = ("memory", "pmem")
+
+
+class _DeprecatedAlias(argparse.Action):
+    """An old option name: stores into the new option's destination, with a note."""
+
+    def __init__(self, option_strings, dest, new_name: str = "", **kwargs):
+        self.new_name = new_name
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        deprecated(option_string, self.new_name)
+        setattr(namespace, self.dest, values)
+
+
+def add_store_args(p: argparse.ArgumentParser, *, device_default: str = "none", engine_default: str = "memory",
+                   window_default: float = 1.0) -> None:
+    """--engine, --path, --device, --window: the store a command opens and its window.
+
+    Store commands (ycsb, replay, run-phase) run on the raw engine by default; the RL
+    commands default to the emulated device their shipped SLA, agent and simulator fit
+    were made for (see add_env_args)."""
+    p.add_argument("--engine", choices=ENGINES, default=engine_default,
+                   help="engine under the middleware (default %(default)s)")
+    p.add_argument("--path", default=None,
+                   help="pmem pool file (default: a temporary pool in /dev/shm, removed afterwards)")
+    p.add_argument("--pool", dest="path", action=_DeprecatedAlias, new_name="--path", help=argparse.SUPPRESS)
+    p.add_argument("--device", default=device_default,
+                   help="emulated device profile: none | optane-1dimm | optane-6dimm (default %(default)s)")
+    p.add_argument("--window", type=float, default=window_default,
+                   help="monitor window, s (default %(default)s)")
+
+
+def add_env_args(p: argparse.ArgumentParser, *, window_default: float = 0.1, steps: bool = True) -> None:
+    """The environment options shared by collect/train/evaluate/calibrate."""
+    p.add_argument("--env", choices=ENV_KINDS, default="real",
+                   help="environment: the real middleware (default), the analytic synthetic stand-in, "
+                        "or the fitted simulator")
+    p.add_argument("--sim-params", default=None, help="--env sim: fitted simulator parameters (JSON path "
+                   "or shipped name; default: the shipped fit for --device)")
+    add_store_args(p, device_default="optane-1dimm", window_default=window_default)
+    p.add_argument("--sla", default=None, help="SLA spec: a TOML path or a shipped name (thesis, "
+                   "calibrated-optane-1dimm); default: the calibrated spec for --device")
+    if steps:
+        p.add_argument("--steps", type=int, default=200, help="steps per episode (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def env_from_args(args, *, control: bool = True, phase: int = 1) -> ControlEnv:
+    return make_env(args.env, phase=phase, window_s=args.window, sla=args.sla, device=args.device,
+                    engine=args.engine, control=control, path=args.path,
+                    max_episode_steps=getattr(args, "steps", 200), sim_params=getattr(args, "sim_params", None))
+
+
+def controller_help(default: str) -> str:
+    return f"{' | '.join(CONTROLLER_NAMES)} (default {default})"
+
+
+@contextlib.contextmanager
+def pool_path(engine: str, path: Optional[str], argv: list, prefix: str) -> Iterator[Optional[str]]:
+    """The pmem pool path to use: `path`, or a temporary pool on /dev/shm removed afterwards."""
+    if engine != "pmem" or path is not None:
+        yield path
+        return
+    ensure_pmem_force(argv)  # the temporary pool lives on tmpfs
+    pool_dir = tempfile.mkdtemp(prefix=prefix, dir="/dev/shm")
+    tmp = os.path.join(pool_dir, "nvmw.pool")
+    try:
+        yield tmp
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        with contextlib.suppress(OSError):
+            os.rmdir(pool_dir)
+
+
+def argv_of(args) -> list:
+    """The command's own words (for commands that re-exec themselves)."""
+    return getattr(args, "argv", sys.argv[1:])
+
+
+def add_pool_args(p: argparse.ArgumentParser, default: tuple) -> None:
+    """--controller none | fixed:I,B for commands that run one static configuration, with
+    the old --no-control / --interactive-threads / --batch-threads still accepted."""
+    p.add_argument("--controller", default=None,
+                   help=f"none (no-control baseline) | fixed:I,B (default fixed:{default[0]},{default[1]})")
+    p.add_argument("--no-control", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--interactive-threads", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--batch-threads", type=int, default=None, help=argparse.SUPPRESS)
+    p.set_defaults(pool_default=tuple(default))
+
+
+def pool_config(args) -> tuple[bool, int, int]:
+    """(control, interactive, batch) from add_pool_args' options; ValueError for a
+    controller that is not a static configuration."""
+    i, b = args.pool_default
+    if args.controller is None and (args.no_control or args.interactive_threads is not None
+                                    or args.batch_threads is not None):
+        i = args.interactive_threads if args.interactive_threads is not None else i
+        b = args.batch_threads if args.batch_threads is not None else b
+        if args.no_control:
+            deprecated("--no-control", "--controller none")
+            return False, i, b
+        deprecated("--interactive-threads/--batch-threads", f"--controller fixed:{i},{b}")
+        return True, i, b
+    name = canonical_name(args.controller or f"fixed:{i},{b}")
+    if name.partition(":")[0] not in ("none", "fixed"):
+        raise ValueError(f"this command runs one static configuration: --controller none or fixed:I,B, "
+                         f"not {args.controller!r}")
+    ctl = make_controller(name, ControllerContext(fixed=(i, b)))
+    if isinstance(ctl, NoControl):
+        return False, i, b
+    return True, ctl.interactive, ctl.batch

@@ -1,0 +1,70 @@
+"""`run_phase`: one of the thesis's RL phases (Appendix C), or a phase file of one's own,
+co-located on a fresh middleware for a while under one controller, one row per window
+(the experiment behind `nvmw run-phase`)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Union
+
+from nvmw.control.loop import drive
+from nvmw.control.sla import SLASpec, load_spec
+from nvmw.lab.lineup import ControllerContext, make_controller
+from nvmw.rl.envs import RealEnv
+from nvmw.workloads.phases import Phase, load_phase
+
+#: Where a run starts when its controller states no starting threads of its own.
+DEFAULT_START = (15, 15)
+
+
+def run_phase(phase: Union[Phase, int, str], *, duration_s: float = 30.0, controller: Any = "fixed:10,10",
+              window_s: float = 1.0, engine: str = "memory", path: Optional[str] = None,
+              device: Optional[str] = None, seed: int = 0, rate_scale: float = 1.0,
+              sla: Union[SLASpec, str, None] = None,
+              on_window: Optional[Callable[[dict], None]] = None) -> dict:
+    """Run a phase on a fresh middleware for `duration_s` under `controller` (a name such as
+    "none" or "fixed:I,B", or a controller object), driven by the control loop: the run
+    starts at the controller's `initial_threads` (else 15/15), and the controller decides
+    after every window. The SLA spec (`sla`; default: the calibrated one for `device`)
+    judges each window for the controller. Returns {"windows": [...], "replay": {...},
+    ...}; each window row has threads, ops/s, interactive p99 and batch throughput, queue
+    lengths and the offered load. `seed` seeds the env (and so the workload traces)."""
+    ph = phase if isinstance(phase, Phase) else load_phase(phase)
+    device_name = device or "none"
+    spec = sla if isinstance(sla, SLASpec) else load_spec(sla, device=device_name)
+    ctl = make_controller(controller, ControllerContext(sla=spec, device=device_name))
+    ctl.reset()
+    n_windows = max(1, int(round(duration_s / window_s)))
+    env = RealEnv(ph, window_s=window_s, max_episode_steps=n_windows, sla=spec, engine=engine, path=path,
+                  device=device_name, control=bool(getattr(ctl, "requires_control", True)),
+                  initial_threads=getattr(ctl, "initial_threads", None) or DEFAULT_START, warmup_windows=0,
+                  rate_scale=rate_scale)
+    rows: list[dict] = []
+
+    def record(_obs, _action, _reward, _next_obs, _term, _trunc, info) -> None:
+        stats = info["stats"]
+        i, b = stats["interactive"], stats["batch"]
+        row = {
+            "seq": stats["seq"],
+            "interactive_threads": i["threads"], "batch_threads": b["threads"],
+            "ops_per_s": stats["all"]["ops_per_s"],
+            "interactive_ops_per_s": i["ops_per_s"], "interactive_p99_us": i["p99_us"],
+            "batch_ops_per_s": b["ops_per_s"], "batch_bytes_per_s": b["bytes_per_s"],
+            "batch_p99_us": b["p99_us"],
+            "interactive_queue": i["queue_len_end"], "batch_queue": b["queue_len_end"],
+            "offered_ops_per_s": info["offered_ops_per_s"],
+        }
+        rows.append(row)
+        if on_window is not None:
+            on_window(row)
+
+    try:
+        obs, info = env.reset(seed=seed)
+        drive(env, ctl, n_windows, obs, info, on_step=record)
+        results = env.pause()
+    finally:
+        env.close()
+    return {"phase": ph.number, "controller": getattr(ctl, "name", str(controller)),
+            "window_s": window_s, "engine": engine, "device": device_name,
+            "windows": rows, "replay": results}
+
+
+__all__ = ["run_phase", "DEFAULT_START"]
