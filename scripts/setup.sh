@@ -26,7 +26,7 @@ export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 echo "setup: installing Python dependencies"
 $PY -m pip install -q "scikit-build-core>=0.9" "nanobind>=2.0" \
   "numpy>=1.24" "matplotlib>=3.7" "gymnasium>=1.0" "scikit-learn>=1.3" "scipy>=1.10" "joblib>=1.3" \
-  "tqdm>=4.60" "pytest>=7" "redis>=5" "ray[default]>=2.9"
+  "tqdm>=4.60" "pytest>=7" "redis>=5" "import-linter>=2.0" "ray[default]>=2.9"
 echo "setup: building and installing nvmw (C++ core + Python package)"
 # No build isolation: reuse the build directory so a rebuild is incremental.
 $PY -m pip install -q --no-build-isolation --no-deps .

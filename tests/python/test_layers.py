@@ -1,0 +1,101 @@
+"""The package's layers point one way (pyproject.toml, [tool.importlinter]): cli and
+commands -> lab -> rl -> control -> workloads -> middleware -> devices -> errors -> _core.
+Checked with import-linter's `lint-imports` when it is installed, and always by a direct
+reading of every module's imports (so a violation fails here even without it); neither a
+module-level nor a function-level import may reach up."""
+import ast
+import pathlib
+import sys
+
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "python" / "nvmw"
+
+
+def _contract() -> list[str]:
+    with open(ROOT / "pyproject.toml", "rb") as fh:
+        config = tomllib.load(fh)["tool"]["importlinter"]
+    (contract,) = [c for c in config["contracts"] if c["type"] == "layers"]
+    return [layer.strip("()") for layer in contract["layers"]]
+
+
+def _module_name(path: pathlib.Path, package: pathlib.Path = PACKAGE) -> str:
+    parts = list(path.relative_to(package.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: pathlib.Path):
+    """(imported module, line, inside a function) for every nvmw import in a file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    in_function = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            in_function.update(id(n) for n in ast.walk(node) if n is not node)
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # "from nvmw import _core" imports the submodule nvmw._core.
+            names = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+        for name in names:
+            if name == "nvmw" or name.startswith("nvmw."):
+                yield name, node.lineno, id(node) in in_function
+
+
+def _layer_of(module: str, layers: list[str]):
+    for rank, layer in enumerate(layers):
+        if module == layer or module.startswith(layer + "."):
+            return rank
+    return None
+
+
+def violations(package: pathlib.Path = PACKAGE) -> list[str]:
+    layers = _contract()
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        importer = _module_name(path, package)
+        mine = _layer_of(importer, layers)
+        for imported, line, local in _imports(path):
+            theirs = _layer_of(imported, layers)
+            where = f"{path.relative_to(package.parent)}:{line}"
+            if mine is not None and theirs is not None and theirs < mine:
+                found.append(f"{where}: {importer} ({layers[mine]}) imports {imported} ({layers[theirs]}), "
+                             "a higher layer")
+            if local and imported != "nvmw":
+                found.append(f"{where}: {importer} imports {imported} inside a function")
+    return found
+
+
+def test_every_module_belongs_to_a_layer():
+    layers = _contract()
+    modules = [_module_name(p) for p in PACKAGE.rglob("*.py")]
+    assert [m for m in modules if m != "nvmw" and _layer_of(m, layers) is None] == []
+
+
+def test_no_import_reaches_up_a_layer():
+    assert violations() == []
+
+
+def test_the_check_catches_an_upward_import(tmp_path):
+    # A controller that imported the lab would break the layering: the checker says so.
+    bad = tmp_path / "nvmw" / "control"
+    bad.mkdir(parents=True)
+    (bad / "__init__.py").write_text("")
+    (bad / "bad.py").write_text("from nvmw.lab.evaluation import summarize\n\ndef f():\n    import nvmw.rl\n")
+    found = violations(tmp_path / "nvmw")
+    assert any("imports nvmw.lab.evaluation" in v and "a higher layer" in v for v in found)
+    assert any("imports nvmw.rl inside a function" in v for v in found)
+
+
+def test_lint_imports_keeps_the_contract():
+    cli = pytest.importorskip("importlinter.cli")
+    assert cli.lint_imports(config_filename=str(ROOT / "pyproject.toml")) == 0
