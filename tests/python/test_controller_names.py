@@ -1,0 +1,78 @@
+"""One set of controller names and shared option spellings everywhere; the old spellings
+still work and say on stderr what replaced them."""
+import json
+
+import pytest
+
+from nvmw.cli import build_parser, main
+from nvmw.control import SLASpec
+from nvmw.control.controllers import AIMD, Fixed, Gradient, NoControl
+from nvmw.lab.lineup import DEFAULT_LINEUP, ControllerContext, make_controller
+
+
+def test_current_names_build_their_controllers(capsys):
+    ctx = ControllerContext(sla=SLASpec(lat_goal=300.0))
+    assert isinstance(make_controller("none", ctx), NoControl)
+    f = make_controller("fixed:3,4", ctx)
+    assert isinstance(f, Fixed) and f.initial_threads == (3, 4)
+    assert isinstance(make_controller("aimd", ctx), AIMD) and make_controller("aimd", ctx).lat_goal_us == 300.0
+    assert isinstance(make_controller("gradient", ctx), Gradient)
+    assert capsys.readouterr().err == ""  # no deprecation note for current names
+    with pytest.raises(ValueError, match="SLA"):
+        make_controller("aimd")  # aims at a latency goal: needs the spec
+    with pytest.raises(FileNotFoundError, match="nvmw train"):
+        make_controller("q-learning", ControllerContext(agent_path="/nonexistent.joblib"))
+    assert {n.partition(":")[0] for n in DEFAULT_LINEUP} == {"none", "fixed", "oracle", "aimd", "gradient",
+                                                             "q-learning"}
+
+
+def test_old_controller_spellings_are_deprecated_not_broken(capsys):
+    assert isinstance(make_controller("no-control"), NoControl)
+    assert "'no-control' is deprecated; use 'none'" in capsys.readouterr().err
+    f = make_controller("fixed", ControllerContext(fixed=(7, 2)))
+    assert (f.interactive, f.batch) == (7, 2)
+    assert "'fixed' is deprecated; use 'fixed:7,2'" in capsys.readouterr().err
+
+
+def test_evaluate_accepts_old_names_with_a_note(tmp_path, capsys):
+    out = tmp_path / "eval"
+    assert main(["evaluate", "--env", "synthetic", "--steps", "4", "--switch-every", "2",
+                 "--controllers", "no-control", "fixed", "--fixed", "5", "6", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "'no-control' is deprecated" in err and "'fixed' is deprecated" in err
+    with open(out / "eval.json") as fh:
+        assert set(json.load(fh)) == {"no-control", "fixed-I5B6"}
+
+
+def test_pool_is_an_old_spelling_of_path(capsys):
+    args = build_parser().parse_args(["collect", "--env", "synthetic", "--pool", "/dev/shm/x.pool",
+                                      "--out", "t.npz"])
+    assert args.path == "/dev/shm/x.pool"
+    assert "'--pool' is deprecated; use '--path'" in capsys.readouterr().err
+    args = build_parser().parse_args(["collect", "--path", "/dev/shm/y.pool", "--out", "t.npz"])
+    assert args.path == "/dev/shm/y.pool" and capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("cmd", [["ycsb"], ["replay", "trace.csv"], ["run-phase", "1"], ["collect", "--out", "x"],
+                                 ["train", "--out", "x"], ["evaluate"], ["calibrate", "--out", "x"]])
+def test_store_options_are_spelled_once(cmd):
+    args = build_parser().parse_args([*cmd, "--engine", "pmem", "--path", "p.pool", "--device", "optane-6dimm",
+                                      "--window", "0.5"])
+    assert (args.engine, args.path, args.device, args.window) == ("pmem", "p.pool", "optane-6dimm", 0.5)
+
+
+def test_static_configurations_take_controller_names(capsys):
+    assert main(["sim", "run", "--phase", "2", "--controller", "none", "--windows", "1"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["threads"] == [0, 0]  # no pools
+    assert main(["sim", "run", "--phase", "2", "--no-control", "--windows", "1"]) == 0
+    cap = capsys.readouterr()
+    assert json.loads(cap.out)["threads"] == [0, 0] and "'--no-control' is deprecated" in cap.err
+    assert main(["sim", "run", "--phase", "2", "--threads", "3", "5", "--windows", "1"]) == 0
+    cap = capsys.readouterr()
+    assert json.loads(cap.out)["threads"] == [3, 5] and "use '--controller fixed:3,5'" in cap.err
+    with pytest.raises(SystemExit, match="static configuration"):
+        main(["ycsb", "--ops", "200", "--records", "100", "--threads", "2", "--controller", "aimd"])
+    assert main(["ycsb", "--ops", "200", "--records", "100", "--threads", "2", "--no-control", "--json"]) == 0
+    cap = capsys.readouterr()
+    assert json.loads(cap.out)["middleware"]["control"] is False and "use '--controller none'" in cap.err
