@@ -56,14 +56,25 @@ SimClassWorkload WorkloadFromDict(const nb::dict& d) {
     else if (name == "bytes") w.bytes = nb::cast<std::vector<uint32_t>>(v);
     else if (name == "period_us") w.period_us = nb::cast<double>(v);
     else if (name == "clients") w.clients = nb::cast<int>(v);
+    else if (name == "async") w.async = nb::cast<bool>(v);
     else throw nb::value_error(("unknown workload key '" + name +
-                                "' (times_us, writes, bytes, period_us, clients)").c_str());
+                                "' (times_us, writes, bytes, period_us, clients, async)").c_str());
   }
   return w;
 }
 
+// The execution path by its Python name (the same names as Middleware's `execution`).
+Execution ExecutionFromName(const std::string& name) {
+  if (name == "caller-runs") return Execution::kCallerRuns;
+  if (name == "handoff") return Execution::kHandOff;
+  throw nb::value_error(("execution must be \"caller-runs\" or \"handoff\", got \"" + name + "\"").c_str());
+}
+
+const char* ExecutionName(Execution e) { return e == Execution::kHandOff ? "handoff" : "caller-runs"; }
+
 struct PySimulator {
   std::unique_ptr<Simulator> sim;
+  Execution execution = Execution::kCallerRuns;
 };
 
 }  // namespace
@@ -72,6 +83,8 @@ void BindSim(nb::module_& m) {
   nb::list names;
   for (const char* n : kParamNames) names.append(n);
   m.attr("SIM_PARAM_NAMES") = nb::tuple(names);
+  m.attr("SIM_EXECUTIONS") = nb::make_tuple(ExecutionName(Execution::kCallerRuns),
+                                            ExecutionName(Execution::kHandOff));
   m.def("sim_default_params", [] {
     SimParams p;
     nb::dict d;
@@ -85,8 +98,9 @@ void BindSim(nb::module_& m) {
           "__init__",
           [](PySimulator* self, const nb::dict& params, const DeviceProfile* device, bool control,
              int interactive_threads, int batch_threads, int max_threads, int no_control_max_inflight,
-             double window_s, uint64_t seed) {
+             double window_s, uint64_t seed, const std::string& execution) {
             SimOptions o;
+            o.execution = ExecutionFromName(execution);
             o.params = ParamsFromDict(params);
             if (device != nullptr) o.device = *device;
             o.control = control;
@@ -97,11 +111,16 @@ void BindSim(nb::module_& m) {
             o.window_s = window_s;
             o.seed = seed;
             new (self) PySimulator();
+            self->execution = o.execution;
             ThrowIfError(Simulator::Create(o, &self->sim));
           },
           nb::arg("params"), nb::arg("device").none() = nb::none(), nb::arg("control") = true,
           nb::arg("interactive_threads") = 15, nb::arg("batch_threads") = 15, nb::arg("max_threads") = 32,
-          nb::arg("no_control_max_inflight") = 200, nb::arg("window_s") = 1.0, nb::arg("seed") = 0)
+          nb::arg("no_control_max_inflight") = 200, nb::arg("window_s") = 1.0, nb::arg("seed") = 0,
+          nb::arg("execution") = "caller-runs",
+          "execution: \"caller-runs\" (a class's thread count is its number of permits; a sync\n"
+          "request holding one runs on its client's thread) or \"handoff\" (workers run every\n"
+          "request), as Middleware's execution option.")
       .def(
           "set_workload",
           [](PySimulator& self, const nb::dict& interactive, const nb::dict& batch, double start_offset_us) {
@@ -109,7 +128,8 @@ void BindSim(nb::module_& m) {
             ThrowIfError(self.sim->SetWorkload(wi, wb, start_offset_us));
           },
           nb::arg("interactive"), nb::arg("batch"), nb::arg("start_offset_us") = 0.0,
-          "Replace the offered workload: dicts with times_us, writes, bytes, period_us, clients.")
+          "Replace the offered workload: dicts with times_us, writes, bytes, period_us, clients\n"
+          "and optionally async (True: submitted as Middleware.submit, run by the class's workers).")
       .def("set_threads", [](PySimulator& self, int i, int b) { ThrowIfError(self.sim->SetThreads(i, b)); },
            nb::arg("interactive"), nb::arg("batch"))
       .def_prop_ro("threads", [](const PySimulator& self) {
@@ -127,6 +147,7 @@ void BindSim(nb::module_& m) {
         ThrowIfError(s);
         return StatsToDict(w);
       }, "Advance one window of virtual time; the window's stats dict (as Middleware.get_stats).")
+      .def_prop_ro("execution", [](const PySimulator& self) { return ExecutionName(self.execution); })
       .def_prop_ro("now_s", [](const PySimulator& self) { return self.sim->now_s(); })
       .def_prop_ro("events", [](const PySimulator& self) { return self.sim->events(); });
 }

@@ -1,15 +1,25 @@
 // The simulator's event loop (see include/nvmw/sim.h and docs/sim.md).
 //
-// A request's life, controlled mode:
-//   scheduled time -> a free client of its class takes it (else it waits in the class's
-//   client backlog) -> CPU: client_cpu -> issued: enters the class queue -> a parked
-//   worker is woken (CPU: wake_cpu) unless one is already waking for it, or a busy worker
-//   takes it when it finishes -> CPU: op_cpu + bytes / copy -> device transfer (processor
-//   shared per device.h) -> device idle latency (a delay) -> done: latency = done - issued
-//   -> the client is woken (CPU: wake_cpu) and takes its next request.
-// No-control mode: the client runs the operation itself once fewer than
-// no_control_max_inflight run (else it parks; the finishing one wakes it), and needs no
-// wake-up at the end.
+// A request's life: scheduled time -> a free client of its class takes it (else it waits
+// in the class's client backlog) -> CPU: client_cpu -> issued (latency counts from here)
+// -> ... -> CPU: op_cpu + bytes / copy -> device transfer (processor shared per device.h)
+// -> device idle latency (a delay) -> done. What "..." is depends on the execution model:
+//
+// Caller-runs (the default, as the middleware's Execution::kCallerRuns), and every
+// no-control run: the class's thread count is its number of permits. A request that finds
+// a free permit and nobody waiting runs at once: a synchronous one on its client's own
+// thread (no wake-up), an async one on a worker (CPU: wake_cpu). Otherwise it waits in the
+// class's FIFO; a finishing request hands its permit to the FIFO's head, which wakes
+// (CPU: wake_cpu) -- unless the head is async and the finisher is a worker, which then
+// runs it without parking. A synchronous client continues on its own thread when its
+// request is done; an async client went on right after issuing. No-control is the same
+// path with one shared FIFO and no_control_max_inflight permits for both classes, and
+// async requests run inline by their caller, as the middleware does.
+//
+// Hand-off (Execution::kHandOff, the earlier model): every issued request enters the class
+// queue; a parked worker is woken (CPU: wake_cpu) unless one is already waking for it, or
+// a busy worker takes it when it finishes; when done, a synchronous client is woken
+// (CPU: wake_cpu) and takes its next request.
 #include "nvmw/sim.h"
 
 #include <algorithm>
@@ -23,6 +33,7 @@
 #include "sim/ps_resource.h"
 #include "sim/rr_cpu.h"
 #include "middleware/window_stats.h"
+#include "nvmw/middleware.h"
 
 namespace nvmw {
 
@@ -35,10 +46,11 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // ids too: the request the worker was woken for is not bound to it).
 enum CpuStage : uint64_t {
   kClientIssue = 0,   // client's per-request CPU before issuing
-  kWorkerWake = 1,    // a parked worker waking (id holds the class, not a request)
+  kWorkerWake = 1,    // hand-off: a parked worker waking (id holds the class, not a request)
   kServe = 2,         // engine operation of a request
-  kClientWake = 3,    // the client woken on completion
-  kWaiterWake = 4,    // no-control: a parked caller woken when a slot frees
+  kClientWake = 3,    // hand-off: the client woken on completion
+  kGrantWake = 4,     // permits: the thread that will run a just-granted request wakes
+                      // (a parked synchronous caller, or a worker for an async request)
 };
 
 enum EventType : int { kArrival = 0, kLatencyDone = 1 };
@@ -51,9 +63,10 @@ struct Event {
   bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
 };
 
-struct Request {
+struct SimRequest {
   int cls = 0;
   bool write = false;
+  bool async = false;   // its client did not wait for it (run by a worker)
   uint32_t bytes = 0;
   double sched_ns = 0;
   double issue_ns = 0;
@@ -80,7 +93,7 @@ struct Simulator::Impl {
   uint64_t window_seq = 0;
 
   // Requests: a pool with a free list.
-  std::vector<Request> reqs;
+  std::vector<SimRequest> reqs;
   std::vector<uint64_t> free_reqs;
 
   // Workload.
@@ -93,13 +106,22 @@ struct Simulator::Impl {
   std::deque<uint64_t> client_backlog[2];
 
   // Middleware.
+  const bool permits_path;  // caller-runs, or no-control (either execution)
+  int target[2] = {0, 0};   // thread counts: the pools' sizes, or the permit limits
+  // Hand-off: class queues and worker pools.
   std::deque<uint64_t> queue[2];
-  int target[2] = {0, 0};
   int total[2] = {0, 0};
   int idle[2] = {0, 0};
   int waking[2] = {0, 0};
-  int inflight = 0;              // no-control: operations running
-  std::deque<uint64_t> waiters;  // no-control: callers waiting for a slot
+  // Permits: one pool per class, or one shared (index 2) in no-control mode.
+  struct PermitPool {
+    int limit = 0;
+    int in_use = 0;
+    std::deque<uint64_t> fifo;  // requests waiting for a permit, oldest first
+  };
+  PermitPool pools[3];
+  uint64_t waiting[2] = {0, 0};  // per class: requests in a FIFO
+  uint64_t ready[2] = {0, 0};    // per class: async requests granted, their worker waking
 
   ClassAccum win[2];  // completed requests of the open window, per class
 
@@ -116,7 +138,10 @@ struct Simulator::Impl {
           return device.RatePerAccessor(kind == 0 ? DeviceOp::kRead : DeviceOp::kWrite, n0, n1);
         }),
         rng(o.seed),
-        jitter(0.0, o.params.jitter) {}
+        jitter(0.0, o.params.jitter),
+        permits_path(!o.control || o.execution == Execution::kCallerRuns) {
+    pools[2].limit = o.no_control_max_inflight;
+  }
 
   // The CPU, whichever model: add a job, time of its next event, process that event
   // (true with the job's id when a job finished).
@@ -171,9 +196,10 @@ struct Simulator::Impl {
     const SimClassWorkload& w = work[c];
     const size_t i = next_idx[c]++;
     const uint64_t id = NewRequest();
-    Request& r = reqs[id];
+    SimRequest& r = reqs[id];
     r.cls = c;
     r.write = w.writes[i] != 0;
+    r.async = w.async && opt.control;  // no-control runs async requests inline
     r.bytes = w.bytes[i];
     r.sched_ns = now;
     r.epoch = epoch;
@@ -196,23 +222,63 @@ struct Simulator::Impl {
     }
   }
 
-  // ---- middleware ----------------------------------------------------------------
+  // ---- middleware ----
   void Issue(uint64_t id) {
-    Request& r = reqs[id];
+    SimRequest& r = reqs[id];
     r.issue_ns = now;
-    if (!opt.control) {
-      if (inflight < opt.no_control_max_inflight) {
-        inflight++;
-        StartServe(id);
-      } else {
-        waiters.push_back(id);
-      }
-      return;
+    const bool frees_client = r.async && r.epoch == epoch;
+    const int c = r.cls;
+    if (permits_path) {
+      Acquire(id);
+    } else {
+      queue[c].push_back(id);
+      Dispatch(c);
     }
-    queue[r.cls].push_back(id);
-    Dispatch(r.cls);
+    // An async client goes on with its next request at once.
+    if (frees_client) ClientFree(c);
   }
 
+  // ---- permits (caller-runs, no-control) ----------------------------------------
+  PermitPool& PoolOf(int c) { return pools[opt.control ? c : 2]; }
+
+  void Acquire(uint64_t id) {
+    const SimRequest& r = reqs[id];
+    PermitPool& p = PoolOf(r.cls);
+    if (p.fifo.empty() && p.in_use < p.limit) {
+      p.in_use++;
+      if (r.async) {
+        ready[r.cls]++;
+        CpuAdd(CpuCost(opt.params.wake_cpu_us), (id << 3) | kGrantWake);
+      } else {
+        StartServe(id);  // on the caller's own thread
+      }
+    } else {
+      p.fifo.push_back(id);
+      waiting[r.cls]++;
+    }
+  }
+
+  // Hands free permits of pool p to its FIFO in order. `worker_class` >= 0: the caller
+  // is a worker of that class that just finished, and runs the first async request it
+  // grants itself instead of waking another worker.
+  void Grant(PermitPool& p, int worker_class) {
+    while (!p.fifo.empty() && p.in_use < p.limit) {
+      const uint64_t id = p.fifo.front();
+      p.fifo.pop_front();
+      p.in_use++;
+      const SimRequest& r = reqs[id];
+      waiting[r.cls]--;
+      if (r.async && r.cls == worker_class) {
+        worker_class = -1;
+        StartServe(id);
+        continue;
+      }
+      if (r.async) ready[r.cls]++;
+      CpuAdd(CpuCost(opt.params.wake_cpu_us), (id << 3) | kGrantWake);
+    }
+  }
+
+  // ---- hand-off (workers run everything) ----------------------------------------
   void Dispatch(int c) {
     while (idle[c] > 0 && int(queue[c].size()) > waking[c]) {
       idle[c]--;
@@ -238,13 +304,13 @@ struct Simulator::Impl {
   }
 
   void StartServe(uint64_t id) {
-    const Request& r = reqs[id];
+    const SimRequest& r = reqs[id];
     const double us = opt.params.op_cpu_us + r.bytes / opt.params.copy_bytes_per_ns / 1000.0;
     CpuAdd(CpuCost(us), (id << 3) | kServe);
   }
 
   void AfterServe(uint64_t id) {
-    const Request& r = reqs[id];
+    const SimRequest& r = reqs[id];
     if (device.passthrough()) {
       Complete(id);
       return;
@@ -254,7 +320,7 @@ struct Simulator::Impl {
   }
 
   void AfterDevice(uint64_t id) {
-    const Request& r = reqs[id];
+    const SimRequest& r = reqs[id];
     const double lat = device.LatencyNs(r.write ? DeviceOp::kWrite : DeviceOp::kRead);
     if (lat > 0) {
       Push(now + lat, kLatencyDone, id);
@@ -264,21 +330,25 @@ struct Simulator::Impl {
   }
 
   void Complete(uint64_t id) {
-    const Request& r = reqs[id];
+    const SimRequest& r = reqs[id];
     const int c = r.cls;
     win[c].Record(uint64_t(std::max(0.0, now - r.issue_ns)), r.bytes, r.write, false);
-    if (!opt.control) {
-      inflight--;
-      if (!waiters.empty()) {
-        const uint64_t next = waiters.front();
-        waiters.pop_front();
-        inflight++;
-        CpuAdd(CpuCost(opt.params.wake_cpu_us), (next << 3) | kWaiterWake);
+    if (permits_path) {
+      PermitPool& p = PoolOf(c);
+      p.in_use--;
+      Grant(p, r.async ? c : -1);
+      if (r.async) {
+        free_reqs.push_back(id);  // its client went on long ago
+      } else {
+        Release(id);  // the caller goes on on its own thread
       }
-      Release(id);
       return;
     }
     WorkerFree(c);
+    if (r.async) {
+      free_reqs.push_back(id);  // the completion runs on the worker
+      return;
+    }
     // The client wakes on its own CPU time; the request slot is released after that.
     CpuAdd(CpuCost(opt.params.wake_cpu_us), (id << 3) | kClientWake);
   }
@@ -310,7 +380,8 @@ struct Simulator::Impl {
       case kClientWake:
         Release(id);
         break;
-      case kWaiterWake:
+      case kGrantWake:
+        if (reqs[id].async) ready[reqs[id].cls]--;
         StartServe(id);
         break;
     }
@@ -320,6 +391,12 @@ struct Simulator::Impl {
     const int want[2] = {i, b};
     for (int c = 0; c < 2; c++) {
       target[c] = want[c];
+      if (permits_path) {
+        // Growing admits waiters at once; shrinking takes effect as permits come back.
+        pools[c].limit = want[c];
+        Grant(pools[c], -1);
+        continue;
+      }
       if (total[c] < target[c]) {
         idle[c] += target[c] - total[c];
         total[c] = target[c];
@@ -363,7 +440,9 @@ struct Simulator::Impl {
   // Closes class c's window: the middleware's own window arithmetic. The queue is not
   // sampled during the window, so its mean is its length at the end.
   ClassStats CloseClass(int c, double secs) const {
-    const uint64_t qend = opt.control ? queue[c].size() : 0;
+    // Waiting requests, as the middleware counts them: for permits, those in a FIFO plus
+    // async ones granted but not yet taken by a worker; for hand-off, the class queue.
+    const uint64_t qend = permits_path ? waiting[c] + ready[c] : queue[c].size();
     return MakeClassStats(win[c], 0, secs, qend, double(qend), opt.control ? target[c] : 0);
   }
 };
@@ -377,6 +456,9 @@ Status Simulator::Create(const SimOptions& o, std::unique_ptr<Simulator>* out) {
   if (!(o.window_s > 0) || !Finite(o.window_s)) return Status::InvalidArgument("window_s must be > 0");
   if (o.max_threads < 1) return Status::InvalidArgument("max_threads must be >= 1");
   if (o.no_control_max_inflight < 1) return Status::InvalidArgument("no_control_max_inflight must be >= 1");
+  if (o.execution != Execution::kCallerRuns && o.execution != Execution::kHandOff) {
+    return Status::InvalidArgument("execution must be caller-runs or hand-off");
+  }
   if (!(p.cores > 0) || !(p.background >= 0 && p.background < 1) || !(p.client_cpu_us >= 0) ||
       !(p.wake_cpu_us >= 0) || !(p.op_cpu_us >= 0) || !(p.copy_bytes_per_ns > 0) || !(p.jitter >= 0) ||
       !(p.quantum_us >= 0) || !Finite(p.quantum_us) || (p.quantum_us > 0 && std::lround(p.cores) < 1) ||

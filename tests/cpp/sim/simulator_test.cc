@@ -117,6 +117,7 @@ std::unique_ptr<Simulator> Make(const SimOptions& o) {
 
 TEST(SimulatorTest, LightLoadLatencyIsTheServiceTime) {
   SimOptions o;
+  o.execution = Execution::kHandOff;  // every request pays the worker's wake-up
   o.params = Exact();
   o.params.wake_cpu_us = 5;
   o.interactive_threads = 2;
@@ -314,6 +315,167 @@ TEST(SimulatorTest, PhaseSwitchReplacesTheWorkload) {
   EXPECT_NEAR(w.interactive.ops_per_s, 4000, 40);
 }
 
+// ---- caller-runs: thread counts are permits -------------------------------------------
+
+// `per_period` requests at offset 0 of each `gap_us` period, `n` periods.
+SimClassWorkload Bursts(int n, int per_period, double gap_us, int clients, bool async) {
+  SimClassWorkload w;
+  for (int i = 0; i < n; i++) {
+    for (int k = 0; k < per_period; k++) {
+      w.times_us.push_back(i * gap_us);
+      w.writes.push_back(0);
+      w.bytes.push_back(0);
+    }
+  }
+  w.period_us = n * gap_us;
+  w.clients = clients;
+  w.async = async;
+  return w;
+}
+
+SimOptions PermitOptions(Execution e, int interactive_limit) {
+  SimOptions o;
+  o.execution = e;
+  o.params = Exact();
+  o.params.wake_cpu_us = 5;  // op 10 us, no copy cost (0-byte values), no client cost
+  o.interactive_threads = interactive_limit;
+  o.batch_threads = 1;
+  o.window_s = 0.1;           // 100 periods of 1 ms
+  return o;
+}
+
+// The other class, out of the way: one request per 10 s, at 5 s.
+SimClassWorkload Idle() {
+  SimClassWorkload w = Paced(1, 1e7, 0, false, 1);
+  w.times_us = {5e6};
+  return w;
+}
+
+TEST(SimulatorCallerRunsTest, LightLoadLatencyIsTheServiceTime) {
+  // Same load as the hand-off test above: the request finds a free permit and runs on its
+  // client's thread, so it pays no wake-up: op 10 us + copy 0.1 us.
+  SimOptions o = PermitOptions(Execution::kCallerRuns, 2);
+  auto sim = Make(o);
+  ASSERT_TRUE(sim->SetWorkload(Paced(100, 1000, 1000, false, 4), Idle()).ok());
+  WindowStats w;
+  ASSERT_TRUE(sim->RunWindow(&w).ok());
+  EXPECT_NEAR(w.interactive.ops_per_s, 1000, 20);
+  EXPECT_NEAR(w.interactive.p50_us, 10.1, 10.1 * 0.01);
+  EXPECT_NEAR(w.interactive.p99_us, 10.1, 10.1 * 0.01);
+  EXPECT_EQ(w.interactive.threads, 2);
+}
+
+TEST(SimulatorCallerRunsTest, OneClientLimitOneNeverPaysAWakeUp) {
+  auto sim = Make(PermitOptions(Execution::kCallerRuns, 1));
+  ASSERT_TRUE(sim->SetWorkload(Bursts(100, 1, 1000, 1, false), Idle()).ok());
+  WindowStats w;
+  ASSERT_TRUE(sim->RunWindow(&w).ok());
+  EXPECT_EQ(w.interactive.ops, 100u);
+  EXPECT_DOUBLE_EQ(w.interactive.mean_us, 10.0);
+  EXPECT_DOUBLE_EQ(w.interactive.max_us, 10.0);
+}
+
+TEST(SimulatorCallerRunsTest, SecondClientWaitsInOrderAndPaysOneHandOff) {
+  // Two requests at once, one permit: the first runs at once (0-10 us); the second waits
+  // in the FIFO, is handed the permit at 10, wakes (5 us) and runs (10 us): done at 25.
+  auto sim = Make(PermitOptions(Execution::kCallerRuns, 1));
+  ASSERT_TRUE(sim->SetWorkload(Bursts(100, 2, 1000, 2, false), Idle()).ok());
+  WindowStats w;
+  ASSERT_TRUE(sim->RunWindow(&w).ok());
+  EXPECT_EQ(w.interactive.ops, 200u);
+  EXPECT_DOUBLE_EQ(w.interactive.mean_us, (10.0 + 25.0) / 2);
+  EXPECT_DOUBLE_EQ(w.interactive.max_us, 25.0);
+  // The next burst arrives at the window's last instant: one runs, one waits.
+  EXPECT_EQ(w.interactive.queue_len_end, 1u);
+}
+
+TEST(SimulatorCallerRunsTest, HandOffPaysTheWorkerWakeUpInstead) {
+  // The same two requests with one worker: the worker wakes for the first (5 us) and runs
+  // it (5-15); it takes the second from the queue without parking (15-25).
+  auto sim = Make(PermitOptions(Execution::kHandOff, 1));
+  ASSERT_TRUE(sim->SetWorkload(Bursts(100, 2, 1000, 2, false), Idle()).ok());
+  WindowStats w;
+  ASSERT_TRUE(sim->RunWindow(&w).ok());
+  EXPECT_EQ(w.interactive.ops, 200u);
+  EXPECT_DOUBLE_EQ(w.interactive.mean_us, (15.0 + 25.0) / 2);
+  EXPECT_DOUBLE_EQ(w.interactive.max_us, 25.0);
+}
+
+TEST(SimulatorCallerRunsTest, AsyncRequestsRunOnWorkersHoldingThePermits) {
+  // One async client submits two requests at once, one permit: a worker wakes for the
+  // first (5 us) and runs it (5-15); finishing, it is handed the permit for the second
+  // and runs it without parking (15-25).
+  auto sim = Make(PermitOptions(Execution::kCallerRuns, 1));
+  ASSERT_TRUE(sim->SetWorkload(Bursts(100, 2, 1000, 1, true), Idle()).ok());
+  WindowStats w;
+  ASSERT_TRUE(sim->RunWindow(&w).ok());
+  EXPECT_EQ(w.interactive.ops, 200u);
+  EXPECT_DOUBLE_EQ(w.interactive.mean_us, (15.0 + 25.0) / 2);
+  EXPECT_DOUBLE_EQ(w.interactive.max_us, 25.0);
+}
+
+TEST(SimulatorCallerRunsTest, ClassesHaveSeparatePermits) {
+  // One interactive and one batch request at once, limit 1 each: neither waits.
+  auto sim = Make(PermitOptions(Execution::kCallerRuns, 1));
+  ASSERT_TRUE(sim->SetWorkload(Bursts(100, 1, 1000, 1, false), Bursts(100, 1, 1000, 1, false)).ok());
+  WindowStats w;
+  ASSERT_TRUE(sim->RunWindow(&w).ok());
+  EXPECT_DOUBLE_EQ(w.interactive.max_us, 10.0);
+  EXPECT_DOUBLE_EQ(w.batch.max_us, 10.0);
+}
+
+TEST(SimulatorCallerRunsTest, LimitBoundsConcurrencyAndGrowingAdmitsWaiters) {
+  // 8 cores, op 100 us, 1000 clients offering 100k ops/s: the limit is the capacity
+  // (limit / 100 us), and the queue holds the waiting clients.
+  SimOptions o = PermitOptions(Execution::kCallerRuns, 1);
+  o.params.cores = 8;
+  o.params.op_cpu_us = 100;
+  o.params.wake_cpu_us = 0;
+  o.window_s = 0.2;
+  auto sim = Make(o);
+  ASSERT_TRUE(sim->SetWorkload(Paced(1000, 10, 8, false, 1000), Idle()).ok());
+  WindowStats w;
+  ASSERT_TRUE(sim->RunWindow(&w).ok());
+  EXPECT_NEAR(w.interactive.ops_per_s, 10000, 100);
+  EXPECT_GT(w.interactive.queue_len_end, 900u);
+  ASSERT_TRUE(sim->SetThreads(8, 1).ok());
+  ASSERT_TRUE(sim->RunWindow(&w).ok());
+  EXPECT_NEAR(w.interactive.ops_per_s, 80000, 800);
+  ASSERT_TRUE(sim->SetThreads(2, 1).ok());  // shrinking: as permits come back
+  ASSERT_TRUE(sim->RunWindow(&w).ok());
+  EXPECT_NEAR(w.interactive.ops_per_s, 20000, 400);
+}
+
+TEST(SimulatorCallerRunsTest, NoControlIsTheSameInBothExecutions) {
+  auto run = [](Execution e) {
+    SimOptions o = PermitOptions(e, 1);
+    o.control = false;
+    o.no_control_max_inflight = 1;
+    o.params.jitter = 0.5;
+    auto sim = Make(o);
+    EXPECT_TRUE(sim->SetWorkload(Bursts(100, 2, 1000, 2, false), Bursts(100, 1, 1000, 1, false)).ok());
+    WindowStats w;
+    EXPECT_TRUE(sim->RunWindow(&w).ok());
+    return std::vector<double>{w.interactive.mean_us, w.interactive.max_us, w.batch.mean_us};
+  };
+  EXPECT_EQ(run(Execution::kCallerRuns), run(Execution::kHandOff));
+}
+
+TEST(SimulatorCallerRunsTest, NoControlSharesOneBoundAcrossClasses) {
+  // no_control_max_inflight 1: an interactive and a batch request at once share the one
+  // slot: one runs (0-10), the other waits, wakes (5) and runs: done at 25.
+  SimOptions o = PermitOptions(Execution::kCallerRuns, 1);
+  o.control = false;
+  o.no_control_max_inflight = 1;
+  auto sim = Make(o);
+  ASSERT_TRUE(sim->SetWorkload(Bursts(100, 1, 1000, 1, false), Bursts(100, 1, 1000, 1, false)).ok());
+  WindowStats w;
+  ASSERT_TRUE(sim->RunWindow(&w).ok());
+  EXPECT_DOUBLE_EQ(w.all.mean_us, (10.0 + 25.0) / 2);
+  EXPECT_DOUBLE_EQ(w.all.max_us, 25.0);
+  EXPECT_EQ(w.interactive.threads, 0);
+}
+
 TEST(SimulatorTest, BadInputIsRefused) {
   std::unique_ptr<Simulator> sim;
   SimOptions o;
@@ -330,6 +492,9 @@ TEST(SimulatorTest, BadInputIsRefused) {
   o.window_s = 0;
   EXPECT_TRUE(Simulator::Create(o, &sim).IsInvalidArgument());
   o.window_s = 0.1;
+  o.execution = static_cast<Execution>(7);
+  EXPECT_TRUE(Simulator::Create(o, &sim).IsInvalidArgument());
+  o.execution = Execution::kCallerRuns;
   ASSERT_TRUE(Simulator::Create(o, &sim).ok());
   SimClassWorkload bad = Paced(3, 10, 8, false, 1);
   bad.times_us = {0, 20, 10};
