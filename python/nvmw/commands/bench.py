@@ -6,6 +6,7 @@ Every figure that makes a claim is a ratio measured side by side in the same run
 from __future__ import annotations
 
 import argparse
+import statistics
 
 from nvmw import _core
 from nvmw.commands._util import cores, ensure_pmem_force, print_json
@@ -41,8 +42,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _median_of_runs(runs: list) -> dict:
-    import statistics
-
     keys = runs[0].keys()
     return {k: statistics.median(r[k] for r in runs) for k in keys
             if all(isinstance(r[k], (int, float)) for r in runs)}

@@ -8,6 +8,7 @@ import os
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from nvmw.control.controllers import Fixed, OracleFixed
 from nvmw.control.loop import drive
@@ -29,7 +30,6 @@ def sweep_env(env: ControlEnv, *, phases: Sequence[int] = (1, 2, 3, 4), grid: Se
     configs = list(configs) if configs is not None else list(itertools.product(grid, grid))
     bar = None
     if progress:
-        from tqdm.auto import tqdm
         bar = tqdm(total=len(configs) * len(phases), desc="sweep", unit="cfg")
     for ph in phases:
         obs, info = env.reset(seed=seed + ph, options={"phase": int(ph), "threads": configs[0]})

@@ -9,6 +9,7 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from nvmw.control.controllers import Controller
 from nvmw.control.loop import drive
@@ -90,7 +91,6 @@ def run_controller(env: ControlEnv, controller: Controller, *, total_steps: int 
                initial_threads=initial_threads, phases=phases)
     bar = None
     if progress:
-        from tqdm.auto import tqdm
         bar = tqdm(total=total_steps, desc=controller.name, unit="step")
     run.advance(total_steps, bar)
     if bar is not None:
@@ -158,7 +158,6 @@ def evaluate_controllers(make_env: Callable[[bool], ControlEnv], controllers: Se
     summaries, traces = {}, {}
     bar = None
     if progress:
-        from tqdm.auto import tqdm
         bar = tqdm(total=total_steps * len(controllers), desc="evaluate", unit="step")
     if not interleave:
         for c in controllers:

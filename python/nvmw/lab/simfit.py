@@ -13,6 +13,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 from scipy.optimize import minimize
 from scipy.stats import spearmanr
+from tqdm.auto import tqdm
 
 from nvmw.lab.calibration import sweep_env, windows_by_config
 from nvmw.rl.sim import FIT_NAMES, SimEnv, load_params
@@ -139,7 +140,6 @@ def fit(rows: Sequence[Mapping[str, Any]], *, window_s: float, device: str = "op
 
     bar = None
     if progress:
-        from tqdm.auto import tqdm
         bar = tqdm(total=max_evals, desc="sim fit", unit="eval")
     best = {"loss": float("inf"), "params": base}
     t0 = time.perf_counter()

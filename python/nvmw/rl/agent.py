@@ -17,6 +17,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import SGDRegressor
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import PolynomialFeatures, StandardScaler
+from tqdm.auto import tqdm
 
 from nvmw import _core
 from nvmw.control.loop import drive
@@ -318,7 +319,6 @@ class QLearningAgent:
         history = []
         bar = None
         if progress:
-            from tqdm.auto import tqdm
             bar = tqdm(total=episodes, desc="q-learning", unit="ep")
         explorer = _Exploring(self)
         for ep in range(episodes):

@@ -4,12 +4,17 @@ locally or on a Ray cluster (joblib's ray backend)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 import warnings
 from typing import Any, Mapping, Sequence
 
+import joblib
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.model_selection import GridSearchCV, KFold, train_test_split
+from tqdm.auto import tqdm
 
 from nvmw.control.loop import drive
 from nvmw.rl.agent import N_ACTIONS, N_FEATURES, make_pipeline, transform_features
@@ -46,7 +51,6 @@ def collect_transitions(env, *, episodes_per_phase: int = 150, phases: Sequence[
     cols: dict[str, list] = {k: [] for k in TRANSITION_KEYS}
     bar = None
     if progress:
-        from tqdm.auto import tqdm
         bar = tqdm(total=episodes_per_phase * len(phases), desc="collect", unit="ep")
     ep_seed = int(rng.integers(0, 2**31 - 1))
     random_agent = _RandomActions(rng)
@@ -91,8 +95,6 @@ class _RandomActions:
 
 
 def save_transitions(path: str | os.PathLike, data: Mapping[str, np.ndarray], meta: Mapping[str, Any] | None = None) -> None:
-    import json
-
     np.savez_compressed(path, **{k: np.asarray(data[k]) for k in TRANSITION_KEYS},
                         meta=np.asarray(json.dumps(dict(meta or {}))))
 
@@ -128,8 +130,6 @@ def _ray_backend(address: str | None):
         from ray.util.joblib import register_ray
     except ImportError:
         raise RuntimeError('the ray backend needs Ray: pip install "ray[default]"') from None
-    import joblib
-
     @contextlib.contextmanager
     def ctx():
         started = False
@@ -159,9 +159,6 @@ def tune_models(data: Mapping[str, np.ndarray], *, grid: Mapping[str, list] | No
 
     Returns {"model_params": [9 flat dicts usable as QLearningAgent(model_params=...)],
     "cv_score": [...], "test_r2": [...], "n_samples": [...], "grid": ..., "wall_s": ...}."""
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.model_selection import GridSearchCV, KFold, train_test_split
-
     grid = dict(grid or FULL_GRID)
     if backend not in ("loky", "ray"):
         raise ValueError("backend must be 'loky' or 'ray'")
@@ -173,7 +170,6 @@ def tune_models(data: Mapping[str, np.ndarray], *, grid: Mapping[str, list] | No
     t0 = time.monotonic()
     bar = None
     if progress:
-        from tqdm.auto import tqdm
         bar = tqdm(total=N_ACTIONS, desc=f"tune ({backend})", unit="action")
     backend_ctx = _ray_backend(ray_address) if backend == "ray" else contextlib.nullcontext()
     with backend_ctx, warnings.catch_warnings():
