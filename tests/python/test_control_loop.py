@@ -9,6 +9,7 @@ from nvmw.control import SLASpec
 from nvmw.control.controllers import Controller, Fixed
 from nvmw.control.loop import ControlLoop, Reading, drive
 from nvmw.lab.evaluation import run_controller
+from nvmw.lab.phase_run import simulate_phase
 from nvmw.rl import SyntheticEnv
 
 SPEC = SLASpec(lat_goal=250.0, tp_goal=1000.0, max_latency=1e5, max_throughput=1e5)
@@ -84,3 +85,11 @@ def test_drive_applies_targets_and_stops_at_truncation():
     obs, info, n, ended = drive(env, Fixed(6, 2), 50, obs, info,
                                 on_step=lambda o, a, r, no, te, tr, i: seen.append((a, tuple(i["threads"]))))
     assert ended and n == 5 and seen == [(0, (6, 2))] * 5
+
+
+def test_simulated_phase_runs_any_controller_from_its_own_start():
+    rows = simulate_phase(1, controller="aimd", windows=3, seed=1)
+    assert len(rows) == 3 and rows[0]["threads"] == [8, 8]  # AIMD's initial limits, held without a window
+    assert simulate_phase(3, controller="fixed:4,2", windows=2, seed=0) == \
+        simulate_phase(3, controller=Fixed(4, 2), windows=2, seed=0)
+    assert all(r["threads"] == [4, 2] for r in simulate_phase(3, controller="fixed:4,2", windows=2))

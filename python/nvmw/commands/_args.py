@@ -98,11 +98,12 @@ def argv_of(args) -> list:
     return getattr(args, "argv", sys.argv[1:])
 
 
-def add_pool_args(p: argparse.ArgumentParser, default: tuple) -> None:
-    """--controller none | fixed:I,B for commands that run one static configuration, with
-    the old --no-control / --interactive-threads / --batch-threads still accepted."""
-    p.add_argument("--controller", default=None,
-                   help=f"none (no-control baseline) | fixed:I,B (default fixed:{default[0]},{default[1]})")
+def add_pool_args(p: argparse.ArgumentParser, default: tuple, *, any_controller: bool = False) -> None:
+    """--controller for commands that run one configuration: none | fixed:I,B (every
+    controller name with `any_controller`), with the old --no-control /
+    --interactive-threads / --batch-threads still accepted."""
+    names = " | ".join(CONTROLLER_NAMES) if any_controller else "none (no-control baseline) | fixed:I,B"
+    p.add_argument("--controller", default=None, help=f"{names} (default fixed:{default[0]},{default[1]})")
     p.add_argument("--no-control", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--interactive-threads", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--batch-threads", type=int, default=None, help=argparse.SUPPRESS)

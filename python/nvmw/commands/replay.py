@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from nvmw import _core
 from nvmw.commands._args import add_pool_args, add_store_args, argv_of, pool_config, pool_path
 from nvmw.commands._util import cores, print_json
 from nvmw.errors import NvmwError
@@ -60,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
             with Middleware(path, engine=args.engine, interactive_threads=interactive_threads,
                             batch_threads=batch_threads, window_s=args.window,
                             control=control, device=args.device) as mw:
-                result = _core.Replay(trace, opts).run(mw.core)
+                result = traces.replay(trace, mw.core, **opts)
     except (NvmwError, ValueError, OSError) as e:
         print(f"nvmw replay: {e}", file=sys.stderr)
         return 2

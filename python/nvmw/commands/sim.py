@@ -12,7 +12,8 @@ from nvmw.commands._args import add_pool_args, pool_config
 from nvmw.lab.calibration import load_sweep
 from nvmw.lab.lineup import deprecated
 from nvmw.lab.simfit import compare, fit, per_config, plot_check, simulate_sweep
-from nvmw.rl.sim import SimEnv, load_params, save_params
+from nvmw.lab.phase_run import simulate_phase
+from nvmw.rl.sim import load_params, save_params
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,9 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--plot", default=None, help="also write a PNG of real vs simulated p99")
     q.set_defaults(func=_check)
 
-    q = ssub.add_parser("run", help="simulated windows of one phase and configuration (JSON lines)")
+    q = ssub.add_parser("run", help="simulated windows of one phase under one controller (JSON lines)")
     q.add_argument("--phase", type=int, default=1)
-    add_pool_args(q, default=(15, 15))
+    add_pool_args(q, default=(15, 15), any_controller=True)
     q.add_argument("--threads", type=int, nargs=2, default=None, metavar=("I", "B"), help=argparse.SUPPRESS)
     q.add_argument("--windows", type=int, default=10)
     q.add_argument("--window", type=float, default=0.1)
@@ -90,16 +91,11 @@ def _run(args) -> int:
         i, b = args.threads
         deprecated(f"--threads {i} {b}", f"--controller fixed:{i},{b}")
         args.controller = args.controller or f"fixed:{i},{b}"
-    control, i, b = pool_config(args)
-    env = SimEnv(args.phase, window_s=args.window, device=args.device, params=args.params,
-                 control=control, max_episode_steps=max(1, args.windows))
-    env.reset(seed=args.seed, options={"threads": (i, b)})
-    for _ in range(args.windows):
-        _o, r, _t, _tr, info = env.step(0)
-        s = info["stats"]
-        print(json.dumps({"phase": args.phase, "threads": info["threads"], "reward": round(r, 3),
-                          "interactive_p99_us": s["interactive"]["p99_us"], "ops_per_s": s["all"]["ops_per_s"],
-                          "batch_ops_per_s": s["batch"]["ops_per_s"],
-                          "interactive_queue": s["interactive"]["queue_len_end"],
-                          "batch_queue": s["batch"]["queue_len_end"]}))
+    controller = args.controller
+    if controller is None:
+        control, i, b = pool_config(args)
+        controller = f"fixed:{i},{b}" if control else "none"
+    simulate_phase(args.phase, windows=args.windows, controller=controller,
+                   window_s=args.window, device=args.device, params=args.params, seed=args.seed,
+                   on_window=lambda row: print(json.dumps(row)))
     return 0

@@ -1,6 +1,6 @@
-"""`run_phase`: one of the thesis's RL phases (Appendix C), or a phase file of one's own,
-co-located on a fresh middleware for a while under one controller, one row per window
-(the experiment behind `nvmw run-phase`)."""
+"""One phase under one controller, one row per window: `run_phase` on a fresh middleware
+(one of the thesis's RL phases, Appendix C, or a phase file of one's own; the experiment
+behind `nvmw run-phase`) and `simulate_phase` on the simulator (`nvmw sim run`)."""
 from __future__ import annotations
 
 from typing import Any, Callable, Optional, Union
@@ -9,6 +9,7 @@ from nvmw.control.loop import drive
 from nvmw.control.sla import SLASpec, load_spec
 from nvmw.lab.lineup import ControllerContext, make_controller
 from nvmw.rl.envs import RealEnv
+from nvmw.rl.sim import SimEnv
 from nvmw.workloads.phases import Phase, load_phase
 
 #: Where a run starts when its controller states no starting threads of its own.
@@ -67,4 +68,35 @@ def run_phase(phase: Union[Phase, int, str], *, duration_s: float = 30.0, contro
             "windows": rows, "replay": results}
 
 
-__all__ = ["run_phase", "DEFAULT_START"]
+def simulate_phase(phase: int, *, windows: int = 10, controller: Any = "fixed:15,15", window_s: float = 0.1,
+                   device: str = "optane-1dimm", params: Any = None, seed: int = 0,
+                   sla: Union[SLASpec, str, None] = None,
+                   on_window: Optional[Callable[[dict], None]] = None) -> list[dict]:
+    """`windows` simulated windows of a shipped phase under `controller` (a name or an
+    object), starting at the controller's `initial_threads` (else 15/15); `sla` as SimEnv
+    takes it (default the shipped calibrated spec). One row per window: phase, threads,
+    reward, interactive p99, ops/s, batch ops/s and both queue lengths."""
+    spec = sla if isinstance(sla, SLASpec) else load_spec(sla)
+    ctl = make_controller(controller, ControllerContext(sla=spec, device=device))
+    ctl.reset()
+    env = SimEnv(phase, window_s=window_s, device=device, params=params, sla=spec,
+                 control=bool(getattr(ctl, "requires_control", True)), max_episode_steps=max(1, windows))
+    start = getattr(ctl, "initial_threads", None) or DEFAULT_START
+    rows: list[dict] = []
+
+    def record(_obs, _action, reward, _next_obs, _term, _trunc, info) -> None:
+        s = info["stats"]
+        row = {"phase": phase, "threads": info["threads"], "reward": round(reward, 3),
+               "interactive_p99_us": s["interactive"]["p99_us"], "ops_per_s": s["all"]["ops_per_s"],
+               "batch_ops_per_s": s["batch"]["ops_per_s"], "interactive_queue": s["interactive"]["queue_len_end"],
+               "batch_queue": s["batch"]["queue_len_end"]}
+        rows.append(row)
+        if on_window is not None:
+            on_window(row)
+
+    obs, info = env.reset(seed=seed, options={"threads": start})
+    drive(env, ctl, windows, obs, info, on_step=record)
+    return rows
+
+
+__all__ = ["run_phase", "simulate_phase", "DEFAULT_START"]
