@@ -5,8 +5,10 @@
 // its concurrency limit: at most that many of its requests are in the engine at once.
 // With the default execution (kCallerRuns) a synchronous call that finds a free permit
 // of its class runs the engine operation on the caller's own thread; one that finds
-// none waits in the class's bounded FIFO and is handed the next free permit in order.
-// Async Submit is run by the class's worker threads, which hold the same permits.
+// none waits in the class's bounded FIFO, is handed the next free permit in order, and
+// is run by one of the class's worker threads (already running, so the permit does not
+// wait for the caller to be scheduled). Async Submit is run by the workers too; callers
+// and workers hold the same permits.
 // With kHandOff every request goes through the class queue to a worker instead.
 // A monitor thread closes a statistics window every `window_s` seconds (GetStats /
 // GetState / WaitForWindow).
@@ -37,9 +39,9 @@ enum class OpType : uint8_t { kGet = 0, kPut = 1, kRemove = 2 };
 
 // Who runs a controlled request's engine operation.
 enum class Execution : uint8_t {
-  // A sync call holding a permit runs it on its own thread (no queue, no wake-up);
-  // async requests run on the class's workers. The default: measured cheaper
-  // (docs/middleware.md, overhead benchmark).
+  // A sync call that finds a free permit runs it on its own thread (no queue, no
+  // wake-up); waiting and async requests run on the class's workers. The default:
+  // measured cheaper (docs/middleware.md, "Choosing the execution mode").
   kCallerRuns = 0,
   // Every request is queued and run by a worker of its class; the caller waits
   // (the pool size bounds the class's concurrency).
@@ -111,8 +113,8 @@ class Middleware {
   Status Stop();
 
   // Synchronous calls: run the engine operation (on this thread when a permit of the
-  // class is free, else after waiting for one in FIFO order; with kHandOff on a worker),
-  // return the engine's status. Waiting is a futex wait, no mutex/condvar. Get fills
+  // class is free, else on a worker once the request's turn in FIFO order comes; with
+  // kHandOff always on a worker), return the engine's status. Waiting is a futex wait, no mutex/condvar. Get fills
   // *value on OK. An OK Put is durable when the engine's Put is.
   Status Get(std::string_view key, std::string* value, RequestClass cls = RequestClass::kAuto);
   Status Put(std::string_view key, std::string_view value, RequestClass cls = RequestClass::kAuto);

@@ -192,8 +192,8 @@ void Middleware::Impl::Dispatch(PermitWaiter* granted, Task** run_next) {
   while (granted != nullptr) {
     Task* t = static_cast<Task*>(granted);
     granted = granted->next;  // read before handing over: the task may be gone after
-    if (!t->async) {
-      Signal(t);
+    if (!options.control) {
+      Signal(t);  // no workers: the caller runs its own request
     } else if (run_next != nullptr && *run_next == nullptr) {
       *run_next = t;
     } else {
@@ -208,9 +208,19 @@ Status Middleware::Impl::RunOnCaller(Task* t, std::string* out, Status* result) 
     case Permits::Admit::kGranted:
       break;
     case Permits::Admit::kQueued:
-      if (!options.control) shared_waiting[c].fetch_add(1, std::memory_order_relaxed);
+      if (options.control) {
+        // The request gets the next free permit in FIFO order and a worker of the class,
+        // a thread already running, runs it (records it, completes it, releases the
+        // permit). Waking this thread to run it instead would leave the permit idle
+        // for a scheduling delay on every hand-over, which on a busy machine is longer
+        // than the operation (docs/middleware.md, "Who runs a waiting request").
+        WaitSync(t);
+        *result = std::move(t->status);
+        return Status::OK();
+      }
+      shared_waiting[c].fetch_add(1, std::memory_order_relaxed);
       WaitSync(t);  // woken holding the permit
-      if (!options.control) shared_waiting[c].fetch_sub(1, std::memory_order_relaxed);
+      shared_waiting[c].fetch_sub(1, std::memory_order_relaxed);
       break;
     case Permits::Admit::kClosed:
       return Status::Shutdown("middleware is not running");

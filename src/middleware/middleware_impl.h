@@ -45,8 +45,8 @@ inline constexpr uint32_t kNotified = 2;
 // One request waiting for a permit or travelling through a queue. Sync calls keep it on
 // the caller's stack and point into the caller's key/value (the caller blocks, so the
 // views stay valid); async calls allocate an AsyncTask that owns its strings and the
-// completion. A sync caller waiting for a permit is woken through `state` (kDone = the
-// permit is its own now); with hand-off it is woken when a worker has run the request.
+// completion. A waiting sync caller is woken through `state` (kDone) when a worker has
+// run its request, or, in no-control mode, when it holds a permit.
 struct Task : PermitWaiter {
   OpType op = OpType::kGet;
   RequestClass cls = RequestClass::kInteractive;
@@ -225,15 +225,17 @@ struct Middleware::Impl {
   static void CompleteSync(Task* t, Status status);
   void WaitSync(Task* t);
   StatsShard* CallerStripe();
-  // Hands each granted waiter its permit: wakes a sync caller, or queues an async task
-  // for the workers (or, when run_next is given and empty, returns one there for the
-  // calling worker to run itself).
+  // Hands each granted waiter its permit: queues the request, sync or async, for the
+  // class's workers (or, when run_next is given and empty, returns one there for the
+  // calling worker to run itself). In no-control mode (no workers) wakes the sync
+  // caller to run it.
   void Dispatch(PermitWaiter* granted, Task** run_next);
   Permits& PermitsOf(int c) { return options.control ? permits[c] : permits[0]; }
   void ReleasePermit(int c, Task** run_next) { Dispatch(PermitsOf(c).Release(), run_next); }
-  // Admits `t` under its class's permits (waiting in the FIFO if needed) and runs it on
-  // the calling thread. Returns Shutdown/Overloaded when refused; else *result is the
-  // engine's status.
+  // Admits `t` under its class's permits and runs it on the calling thread when a
+  // permit is free; otherwise waits in the FIFO until a worker has run it (no-control:
+  // until it holds a permit, then runs it). Returns Shutdown/Overloaded when refused;
+  // else *result is the engine's status.
   Status RunOnCaller(Task* t, std::string* out, Status* result);
   Status SyncCall(OpType op, std::string_view key, std::string_view value, std::string* out,
                   RequestClass hint);

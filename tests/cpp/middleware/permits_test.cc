@@ -1,7 +1,7 @@
 // Concurrency limits as permits: the Permits FIFO on its own, then the middleware's
 // caller-runs path: a class never has more than its limit in the engine (callers and
-// workers together), a sync call with a free permit runs on the caller's thread, waiters
-// are served in FIFO order, grow admits them at once, shrink takes effect as permits come
+// workers together), a sync call with a free permit runs on the caller's thread and a
+// waiting one on a worker, waiters are served in FIFO order, grow admits them at once, shrink takes effect as permits come
 // back, Stop drains parked waiters, no-control has no per-class limit, and the queue
 // length counts sync waiters. TestEngine's gate makes every count exact.
 #include "middleware/permits.h"
@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -295,6 +296,43 @@ TEST(CallerRunsTest, SyncCallWithAFreePermitRunsOnTheCallingThread) {
       EXPECT_EQ(id, std::this_thread::get_id()) << key;
     }
   }
+}
+
+// A sync call that has to wait is run by a worker of its class when its turn comes (a
+// thread already running), not by its own thread; its caller gets the result.
+TEST(CallerRunsTest, WaitingSyncCallIsRunByAWorker) {
+  TestEngine engine;
+  std::mutex mu;
+  std::map<std::string, std::thread::id> ran_on;
+  engine.on_op = [&](std::string_view key) {
+    std::lock_guard<std::mutex> lock(mu);
+    ran_on[std::string(key)] = std::this_thread::get_id();
+  };
+  Middleware mw(LimitOptions());
+  ASSERT_TRUE(mw.Start(&engine, 1, 1).ok());
+  ASSERT_TRUE(mw.Put("k", "value").ok());
+  engine.CloseGate();
+  std::thread::id holder_id, waiter_id;
+  std::thread holder([&] {
+    holder_id = std::this_thread::get_id();
+    ASSERT_TRUE(mw.Put("holder", "v").ok());
+  });
+  ASSERT_TRUE(engine.WaitInflight(1));
+  std::string got;
+  std::thread waiter([&] {
+    waiter_id = std::this_thread::get_id();
+    ASSERT_TRUE(mw.Get("k", &got).ok());
+  });
+  ASSERT_TRUE(WaitUntil([&] { return mw.QueueLength(RequestClass::kInteractive) == 1; }));
+  engine.OpenGate();
+  holder.join();
+  waiter.join();
+  ASSERT_TRUE(mw.Stop().ok());
+  EXPECT_EQ(got, "value");
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(ran_on["holder"], holder_id);  // found a free permit: ran on its caller
+  EXPECT_NE(ran_on["k"], waiter_id);       // waited: a worker ran it
+  EXPECT_NE(ran_on["k"], holder_id);
 }
 
 // Waiters (sync and async) get the permit in arrival order.
