@@ -52,17 +52,30 @@ class ControlEnv(gym.Env):
             check_threads(initial_threads, max_threads)
         self.phase = int(phase)
         self.max_episode_steps = int(max_episode_steps)
-        self.sla = sla if isinstance(sla, SLASpec) else load_spec(sla)
-        self.max_threads = int(max_threads)
+        # The loop holds the SLA spec, the thread bound and the control mode (see the properties).
+        self.loop = ControlLoop(self, sla if isinstance(sla, SLASpec) else load_spec(sla),
+                                max_threads=int(max_threads), control=bool(control))
         self.initial_threads = None if initial_threads is None else tuple(int(x) for x in initial_threads)
-        self.control = bool(control)
         self.window_s = float(window_s)
         # Finite bounds: threads <= max, queues/blocks far above any real value, ratios in [0, 1].
         high = np.array([max_threads, max_threads, 1e9, 1e9, 2.0**32, 2.0**32, 1.0, 1.0], dtype=np.float32)
-        self.observation_space = spaces.Box(np.zeros(8, np.float32), high, dtype=np.float32)
+        self.observation_space = spaces.Box(np.zeros(len(_core.STATE_NAMES), np.float32), high, dtype=np.float32)
         self.action_space = spaces.Discrete(_core.N_ACTIONS)
-        self.loop = ControlLoop(self, self.sla, max_threads=self.max_threads, control=self.control)
         self._t = 0
+
+    @property
+    def sla(self) -> SLASpec:
+        """The SLA spec that judges every window (and so the reward)."""
+        return self.loop.sla
+
+    @property
+    def control(self) -> bool:
+        """False: the no-control baseline (no pools; actions are ignored)."""
+        return self.loop.control
+
+    @property
+    def max_threads(self) -> int:
+        return self.loop.max_threads
 
     @property
     def threads(self) -> tuple[int, int]:
