@@ -57,9 +57,11 @@ class ControlEnv(gym.Env):
                                 max_threads=int(max_threads), control=bool(control))
         self.initial_threads = None if initial_threads is None else tuple(int(x) for x in initial_threads)
         self.window_s = float(window_s)
-        # Finite bounds: threads <= max, queues/blocks far above any real value, ratios in [0, 1].
-        high = np.array([max_threads, max_threads, 1e9, 1e9, 2.0**32, 2.0**32, 1.0, 1.0], dtype=np.float32)
-        self.observation_space = spaces.Box(np.zeros(len(_core.STATE_NAMES), np.float32), high, dtype=np.float32)
+        # Finite bounds per feature of the core's state (names "<class>_<feature>"): threads <=
+        # max, queues/blocks far above any real value, ratios in [0, 1].
+        bound = {"threads": max_threads, "queue_size": 1e9, "block_size": 2.0**32, "write_ratio": 1.0}
+        high = np.array([bound[name.partition("_")[2]] for name in _core.STATE_NAMES], dtype=np.float32)
+        self.observation_space = spaces.Box(np.zeros(len(high), np.float32), high, dtype=np.float32)
         self.action_space = spaces.Discrete(_core.N_ACTIONS)
         self._t = 0
 
