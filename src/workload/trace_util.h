@@ -3,7 +3,6 @@
 #ifndef NVMW_WORKLOAD_TRACE_UTIL_H_
 #define NVMW_WORKLOAD_TRACE_UTIL_H_
 
-#include <cmath>
 #include <cstdint>
 #include <string>
 #include <string_view>
