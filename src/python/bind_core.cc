@@ -237,10 +237,19 @@ void BindCore(nb::module_& m) {
           [](PyMiddleware* self, std::shared_ptr<PyEngine> engine, int interactive_threads,
              int batch_threads, int max_threads, double window_s, bool control,
              int no_control_max_inflight, uint64_t batch_threshold_bytes, size_t queue_capacity,
-             uint64_t max_value_bytes, int64_t spin_ns, int batch_nice) {
+             uint64_t max_value_bytes, int64_t spin_ns, int batch_nice,
+             const std::string& execution) {
             if (!engine || !engine->engine)
               ThrowIfError(Status::InvalidArgument("engine is closed or missing"));
             MiddlewareOptions o;
+            if (execution == "caller-runs") {
+              o.execution = Execution::kCallerRuns;
+            } else if (execution == "handoff") {
+              o.execution = Execution::kHandOff;
+            } else {
+              ThrowIfError(Status::InvalidArgument(
+                  "execution must be \"caller-runs\" or \"handoff\", got \"" + execution + "\""));
+            }
             o.max_threads = max_threads;
             o.window_s = window_s;
             o.control = control;
@@ -264,7 +273,8 @@ void BindCore(nb::module_& m) {
           nb::arg("queue_capacity") = MiddlewareOptions().queue_capacity,
           nb::arg("max_value_bytes") = MiddlewareOptions().max_value_bytes,
           nb::arg("spin_ns") = MiddlewareOptions().spin_ns,
-          nb::arg("batch_nice") = MiddlewareOptions().batch_nice)
+          nb::arg("batch_nice") = MiddlewareOptions().batch_nice,
+          nb::arg("execution") = "caller-runs")
       .def("stop",
            [](PyMiddleware& self) {
              if (!self.mw) return;
