@@ -1,19 +1,25 @@
-// Middleware overhead benchmark: sync round trip through the middleware vs the direct
-// engine call vs a raw mutex+condvar two-thread round trip, plus async throughput.
+// Middleware overhead benchmark: sync round trip through the permit path and through the
+// hand-off mode vs the direct engine call vs a raw mutex+condvar two-thread round trip,
+// plus async throughput in both modes.
 #include "bench/overhead_bench.h"
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
+#include "middleware/window_stats.h"
 #include "nvmw/engine.h"
 #include "nvmw/middleware.h"
+#include "util/clock.h"
 #include "util/histogram.h"
 
 namespace nvmw {
@@ -48,9 +54,19 @@ Status TimeSeries(uint64_t warmup, uint64_t n, Histogram* h, double* elapsed_s, 
   return Status::OK();
 }
 
+// 1-minute load average, or -1.
+double LoadAverage1() {
+  std::FILE* f = std::fopen("/proc/loadavg", "r");
+  if (f == nullptr) return -1;
+  double l1 = -1;
+  if (std::fscanf(f, "%lf", &l1) != 1) l1 = -1;
+  std::fclose(f);
+  return l1;
+}
+
 // Mutex + condition variable ping-pong between two threads: the per-request hand-off
 // cost that a naive queue+condvar worker pool pays twice per synchronous request.
-void MeasureHandoff(uint64_t rounds, Histogram* h) {
+void MeasureCondvar(uint64_t rounds, Histogram* h) {
   std::mutex mu;
   std::condition_variable to_pong, to_ping;
   uint64_t turn = 0;  // odd: pong's turn; even: ping's turn
@@ -85,17 +101,19 @@ void MeasureHandoff(uint64_t rounds, Histogram* h) {
   pong.join();
 }
 
-Status MeasureMiddlewareSync(Engine* db, const OverheadBenchOptions& o, int64_t spin_ns,
-                             uint64_t n, Histogram* h, double* elapsed_s) {
+Status MeasureMiddlewareSync(Engine* db, const OverheadBenchOptions& o,
+                             const std::vector<std::string>& keys, Execution mode,
+                             int64_t spin_ns, uint64_t n, Histogram* h, double* elapsed_s) {
   MiddlewareOptions mo;
   mo.spin_ns = spin_ns;
   mo.window_s = 1.0;
+  mo.execution = mode;
   Middleware mw(mo);
   Status s = mw.Start(db, 1, 1);
   if (!s.ok()) return s;
   std::string value;
   s = TimeSeries(o.warmup_ops, n, h, elapsed_s, [&](uint64_t i) {
-    return mw.Get(KeyOf(i % o.keys), &value, RequestClass::kInteractive);
+    return mw.Get(keys[i % keys.size()], &value, RequestClass::kInteractive);
   });
   Status stop = mw.Stop();
   if (!s.ok()) return s;
@@ -103,9 +121,11 @@ Status MeasureMiddlewareSync(Engine* db, const OverheadBenchOptions& o, int64_t 
   return stop;
 }
 
-Status MeasureAsync(Engine* db, const OverheadBenchOptions& o, double* ops_per_s) {
+Status MeasureAsync(Engine* db, const OverheadBenchOptions& o, Execution mode,
+                    double* ops_per_s) {
   MiddlewareOptions mo;
   mo.spin_ns = o.spin_ns;
+  mo.execution = mode;
   mo.queue_capacity = std::max<size_t>(1 << 16, o.async_window * o.async_submitters * 2);
   Middleware mw(mo);
   Status s = mw.Start(db, o.async_workers, 1);
@@ -180,7 +200,7 @@ Status RunOverheadBench(const OverheadBenchOptions& o, std::map<std::string, dou
   if (out == nullptr) return Status::InvalidArgument("RunOverheadBench needs an output map");
   if (o.ops < 100) return Status::InvalidArgument("ops must be >= 100");
   if (o.keys < 1) return Status::InvalidArgument("keys must be >= 1");
-  if (o.handoff_rounds < 100) return Status::InvalidArgument("handoff_rounds must be >= 100");
+  if (o.condvar_rounds < 100) return Status::InvalidArgument("condvar_rounds must be >= 100");
   if (o.async_submitters < 1 || o.async_submitters > 256) {
     return Status::InvalidArgument("async_submitters must be in [1, 256]");
   }
@@ -197,57 +217,122 @@ Status RunOverheadBench(const OverheadBenchOptions& o, std::map<std::string, dou
   if (o.value_bytes > (64u << 20)) return Status::InvalidArgument("value_bytes must be <= 64 MiB");
   if (o.spin_ns < 0) return Status::InvalidArgument("spin_ns must be >= 0");
 
+  const double load1 = LoadAverage1();
   std::unique_ptr<Engine> db = NewMemoryEngine();
   const std::string value(o.value_bytes, 'v');
+  std::vector<std::string> keys;
   for (uint64_t i = 0; i < o.keys; ++i) {
-    Status s = db->Put(KeyOf(i), value);
+    keys.push_back(KeyOf(i));
+    Status s = db->Put(keys.back(), value);
     if (!s.ok()) return s;
   }
 
-  // Raw hand-off first, then the middleware, then the direct call: all in this run.
-  Histogram handoff;
-  MeasureHandoff(o.handoff_rounds, &handoff);
+  // Every series in this run, on the same engine and keys.
+  Histogram condvar;
+  MeasureCondvar(o.condvar_rounds, &condvar);
 
-  Histogram mw_lat;
-  double mw_elapsed = 0;
-  Status s = MeasureMiddlewareSync(db.get(), o, o.spin_ns, o.ops, &mw_lat, &mw_elapsed);
+  Histogram direct_lat;
+  double direct_elapsed = 0;
+  std::string got;
+  Status s = TimeSeries(o.warmup_ops, o.ops, &direct_lat, &direct_elapsed,
+                        [&](uint64_t i) { return db->Get(keys[i % keys.size()], &got); });
+  if (!s.ok()) return s;
+  if (got.size() != o.value_bytes) return Status::Corruption("engine Get returned a wrong value");
+
+  // The direct call measured the way the middleware measures every request.
+  Histogram timed_lat;
+  double timed_elapsed = 0;
+  StatsShard shard;
+  s = TimeSeries(o.warmup_ops, o.ops, &timed_lat, &timed_elapsed, [&](uint64_t i) {
+    const int64_t begin_ns = NowNs();
+    Status st = db->Get(keys[i % keys.size()], &got);
+    shard.Record(RequestClass::kInteractive, static_cast<uint64_t>(NowNs() - begin_ns),
+                 got.size(), false, !st.ok());
+    return st;
+  });
+  if (!s.ok()) return s;
+
+  Histogram permits_lat;
+  double permits_elapsed = 0;
+  s = MeasureMiddlewareSync(db.get(), o, keys, Execution::kCallerRuns, o.spin_ns, o.ops,
+                            &permits_lat, &permits_elapsed);
+  if (!s.ok()) return s;
+
+  Histogram handoff_lat;
+  double handoff_elapsed = 0;
+  s = MeasureMiddlewareSync(db.get(), o, keys, Execution::kHandOff, o.spin_ns, o.ops,
+                            &handoff_lat, &handoff_elapsed);
   if (!s.ok()) return s;
 
   Histogram nospin_lat;
   if (o.nospin_ops > 0) {
     double ignored = 0;
-    s = MeasureMiddlewareSync(db.get(), o, 0, o.nospin_ops, &nospin_lat, &ignored);
+    s = MeasureMiddlewareSync(db.get(), o, keys, Execution::kHandOff, 0, o.nospin_ops,
+                              &nospin_lat, &ignored);
     if (!s.ok()) return s;
   }
 
-  Histogram direct_lat;
-  double direct_elapsed = 0;
-  std::string got;
-  s = TimeSeries(o.warmup_ops, o.ops, &direct_lat, &direct_elapsed,
-                 [&](uint64_t i) { return db->Get(KeyOf(i % o.keys), &got); });
+  double async_ops_per_s = 0, async_handoff_ops_per_s = 0;
+  s = MeasureAsync(db.get(), o, Execution::kCallerRuns, &async_ops_per_s);
+  if (!s.ok()) return s;
+  s = MeasureAsync(db.get(), o, Execution::kHandOff, &async_handoff_ops_per_s);
   if (!s.ok()) return s;
 
-  double async_ops_per_s = 0;
-  s = MeasureAsync(db.get(), o, &async_ops_per_s);
-  if (!s.ok()) return s;
+  // The engine the middleware is meant for: a pmem pool (tmpfs by default).
+  Histogram pmem_direct_lat, pmem_permits_lat;
+  double pmem_direct_elapsed = 0, pmem_permits_elapsed = 0;
+  if (!o.pmem_pool_dir.empty()) {
+    const std::string path =
+        o.pmem_pool_dir + "/nvmw-overhead-bench-" + std::to_string(::getpid()) + ".pool";
+    PmemOptions po;
+    po.pool_size_bytes = std::max<uint64_t>(64ull << 20, 4 * o.keys * (o.value_bytes + 256));
+    std::unique_ptr<Engine> pmem;
+    s = OpenPmemEngine(path, po, &pmem);
+    for (uint64_t i = 0; s.ok() && i < o.keys; ++i) s = pmem->Put(keys[i], value);
+    if (s.ok()) {
+      s = TimeSeries(o.warmup_ops, o.ops, &pmem_direct_lat, &pmem_direct_elapsed,
+                     [&](uint64_t i) { return pmem->Get(keys[i % keys.size()], &got); });
+    }
+    if (s.ok()) {
+      s = MeasureMiddlewareSync(pmem.get(), o, keys, Execution::kCallerRuns, o.spin_ns, o.ops,
+                                &pmem_permits_lat, &pmem_permits_elapsed);
+    }
+    pmem.reset();
+    ::unlink(path.c_str());
+    if (!s.ok()) return s;
+  }
 
   constexpr double kUs = 1000.0;
   auto& r = *out;
-  r["middleware_p50_us"] = mw_lat.Percentile(50) / kUs;
-  r["middleware_p99_us"] = mw_lat.Percentile(99) / kUs;
-  r["middleware_mean_us"] = mw_lat.Mean() / kUs;
-  r["middleware_ops_per_s"] = static_cast<double>(o.ops) / mw_elapsed;
-  r["direct_p50_us"] = direct_lat.Percentile(50) / kUs;
-  r["direct_p99_us"] = direct_lat.Percentile(99) / kUs;
-  r["direct_ops_per_s"] = static_cast<double>(o.ops) / direct_elapsed;
-  r["handoff_p50_us"] = handoff.Percentile(50) / kUs;
-  r["handoff_p99_us"] = handoff.Percentile(99) / kUs;
-  r["ratio_p50_vs_handoff"] = r["middleware_p50_us"] / r["handoff_p50_us"];
+  auto series = [&](const std::string& name, const Histogram& h, double elapsed_s) {
+    r[name + "_p50_us"] = h.Percentile(50) / kUs;
+    r[name + "_p99_us"] = h.Percentile(99) / kUs;
+    r[name + "_mean_us"] = h.Mean() / kUs;
+    r[name + "_ops_per_s"] = static_cast<double>(o.ops) / elapsed_s;
+  };
+  series("direct", direct_lat, direct_elapsed);
+  series("direct_timed", timed_lat, timed_elapsed);
+  series("permits", permits_lat, permits_elapsed);
+  series("handoff_mode", handoff_lat, handoff_elapsed);
+  r["condvar_p50_us"] = condvar.Percentile(50) / kUs;
+  r["condvar_p99_us"] = condvar.Percentile(99) / kUs;
+  r["ratio_p50_permits_vs_direct"] = r["permits_p50_us"] / r["direct_p50_us"];
+  r["ratio_mean_permits_vs_direct"] = r["permits_mean_us"] / r["direct_mean_us"];
+  r["ratio_p50_permits_vs_direct_timed"] = r["permits_p50_us"] / r["direct_timed_p50_us"];
+  r["ratio_p50_handoff_mode_vs_direct"] = r["handoff_mode_p50_us"] / r["direct_p50_us"];
+  r["ratio_p50_permits_vs_condvar"] = r["permits_p50_us"] / r["condvar_p50_us"];
+  r["ratio_p50_handoff_mode_vs_condvar"] = r["handoff_mode_p50_us"] / r["condvar_p50_us"];
   if (o.nospin_ops > 0) {
-    r["nospin_p50_us"] = nospin_lat.Percentile(50) / kUs;
-    r["nospin_p99_us"] = nospin_lat.Percentile(99) / kUs;
-    r["ratio_nospin_p50_vs_handoff"] = r["nospin_p50_us"] / r["handoff_p50_us"];
+    r["handoff_nospin_p50_us"] = nospin_lat.Percentile(50) / kUs;
+    r["handoff_nospin_p99_us"] = nospin_lat.Percentile(99) / kUs;
   }
+  r["async_handoff_ops_per_s"] = async_handoff_ops_per_s;
+  if (!o.pmem_pool_dir.empty()) {
+    series("pmem_direct", pmem_direct_lat, pmem_direct_elapsed);
+    series("pmem_permits", pmem_permits_lat, pmem_permits_elapsed);
+    r["ratio_p50_pmem_permits_vs_direct"] = r["pmem_permits_p50_us"] / r["pmem_direct_p50_us"];
+  }
+  r["load1"] = load1;
   r["async_ops_per_s"] = async_ops_per_s;
   const unsigned cores = std::thread::hardware_concurrency();
   r["cores"] = cores;

@@ -13,14 +13,15 @@ void BindOverheadBench(nb::module_& m) {
   m.def(
       "run_overhead_bench",
       [](uint64_t ops, uint64_t warmup_ops, uint64_t value_bytes, uint64_t keys,
-         uint64_t handoff_rounds, uint64_t nospin_ops, uint64_t async_ops, int async_submitters,
-         uint64_t async_window, int async_workers, double async_put_fraction, int64_t spin_ns) {
+         uint64_t condvar_rounds, uint64_t nospin_ops, uint64_t async_ops, int async_submitters,
+         uint64_t async_window, int async_workers, double async_put_fraction, int64_t spin_ns,
+         const std::string& pmem_pool_dir) {
         OverheadBenchOptions o;
         o.ops = ops;
         o.warmup_ops = warmup_ops;
         o.value_bytes = value_bytes;
         o.keys = keys;
-        o.handoff_rounds = handoff_rounds;
+        o.condvar_rounds = condvar_rounds;
         o.nospin_ops = nospin_ops;
         o.async_ops = async_ops;
         o.async_submitters = async_submitters;
@@ -28,6 +29,7 @@ void BindOverheadBench(nb::module_& m) {
         o.async_workers = async_workers;
         o.async_put_fraction = async_put_fraction;
         o.spin_ns = spin_ns;
+        o.pmem_pool_dir = pmem_pool_dir;
         std::map<std::string, double> out;
         Status s;
         {
@@ -39,14 +41,19 @@ void BindOverheadBench(nb::module_& m) {
       },
       nb::kw_only(), nb::arg("ops") = d.ops, nb::arg("warmup_ops") = d.warmup_ops,
       nb::arg("value_bytes") = d.value_bytes, nb::arg("keys") = d.keys,
-      nb::arg("handoff_rounds") = d.handoff_rounds, nb::arg("nospin_ops") = d.nospin_ops,
+      nb::arg("condvar_rounds") = d.condvar_rounds, nb::arg("nospin_ops") = d.nospin_ops,
       nb::arg("async_ops") = d.async_ops, nb::arg("async_submitters") = d.async_submitters,
       nb::arg("async_window") = d.async_window, nb::arg("async_workers") = d.async_workers,
       nb::arg("async_put_fraction") = d.async_put_fraction, nb::arg("spin_ns") = d.spin_ns,
-      "Middleware overhead benchmark on a memory engine, all series in one run: sync Get "
-      "round trip through the middleware (middleware_p50_us/p99_us), the same Get on the "
-      "engine (direct_*), a mutex+condvar two-thread round trip (handoff_*), "
-      "ratio_p50_vs_handoff, the spin-free futex path (nospin_*), async_ops_per_s, cores.");
+      nb::arg("pmem_pool_dir") = d.pmem_pool_dir,
+      "Middleware overhead benchmark on a memory engine, all series in one run, one client, "
+      "sync Get: the direct engine call (direct_*, and direct_timed_* with the middleware's "
+      "own latency measurement), the permit path (caller-runs, "
+      "permits_*), the hand-off mode (handoff_mode_*, and handoff_nospin_* without "
+      "spinning), a raw mutex+condvar two-thread round trip (condvar_*), their ratios "
+      "(ratio_*), async throughput in both modes (async_ops_per_s, "
+      "async_handoff_ops_per_s), the direct call and permit path on a pmem pool in "
+      "pmem_pool_dir (pmem_*; empty skips), cores and load1.");
 }
 
 }  // namespace nvmw::py
