@@ -55,6 +55,11 @@ struct SimParams {
   // > 0 = round robin on round(cores) CPUs with this time slice, so a woken thread
   // waits behind running ones (the Linux scheduler lies between the two).
   double quantum_us = 0;
+  // Caller-runs and no-control: a synchronous request that has to wait for a permit
+  // busy-waits this long (CPU) before parking when a core is free, as the middleware's
+  // MiddlewareOptions::spin_ns; handed its permit meanwhile it pays no wake_cpu_us.
+  // 0 = waiters always park (the fitted model so far).
+  double spin_us = 0;
 };
 
 struct SimOptions {

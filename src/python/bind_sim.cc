@@ -18,7 +18,8 @@ namespace {
 namespace nb = nanobind;
 
 const char* const kParamNames[] = {"cores", "background", "client_cpu_us", "wake_cpu_us",
-                                   "op_cpu_us", "copy_bytes_per_ns", "jitter", "quantum_us"};
+                                   "op_cpu_us", "copy_bytes_per_ns", "jitter", "quantum_us",
+                                   "spin_us"};
 
 double* ParamField(SimParams& p, const std::string& name) {
   if (name == "cores") return &p.cores;
@@ -29,6 +30,7 @@ double* ParamField(SimParams& p, const std::string& name) {
   if (name == "copy_bytes_per_ns") return &p.copy_bytes_per_ns;
   if (name == "jitter") return &p.jitter;
   if (name == "quantum_us") return &p.quantum_us;
+  if (name == "spin_us") return &p.spin_us;
   return nullptr;
 }
 
@@ -40,7 +42,7 @@ SimParams ParamsFromDict(const nb::dict& d) {
     if (f == nullptr) {
       throw nb::value_error(("unknown sim parameter '" + name +
                              "' (cores, background, client_cpu_us, wake_cpu_us, op_cpu_us, "
-                             "copy_bytes_per_ns, jitter, quantum_us)").c_str());
+                             "copy_bytes_per_ns, jitter, quantum_us, spin_us)").c_str());
     }
     *f = nb::cast<double>(v);
   }

@@ -49,6 +49,26 @@ class PsResource {
     return best;
   }
 
+  // Removes job `job` of `kind` before it departs (at `now`); false if it is not there.
+  // O(active jobs of that kind).
+  bool Remove(double now, int kind, uint64_t job) {
+    Advance(now);
+    std::vector<Entry> rest;
+    bool found = false;
+    while (!heap_[kind].empty()) {
+      const Entry e = heap_[kind].top();
+      heap_[kind].pop();
+      if (!found && e.second == job) {
+        found = true;
+      } else {
+        rest.push_back(e);
+      }
+    }
+    for (const Entry& e : rest) heap_[kind].push(e);
+    UpdateRates();
+    return found;
+  }
+
   // Removes the job that departs next (at `now`, its NextDeparture()); returns its id.
   uint64_t PopNext(double now) {
     int kind = 0;

@@ -47,6 +47,29 @@ class RoundRobinCpu {
     return t;
   }
 
+  // Removes job `job` before it finishes (at `now`): its core, if it is running, takes
+  // the head of the run queue. False if it is not there.
+  bool Remove(double now, uint64_t job) {
+    for (Slot& s : slots_) {
+      if (s.busy && s.job.id == job) {
+        s.busy = false;
+        if (!queue_.empty()) {
+          const Job next = queue_.front();
+          queue_.pop_front();
+          Start(&s, now, next);
+        }
+        return true;
+      }
+    }
+    for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+      if (it->id == job) {
+        queue_.erase(it);
+        return true;
+      }
+    }
+    return false;
+  }
+
   // Processes the earliest slice end (at `now`). Returns true and the job's id when it
   // finished; false when it was preempted (and requeued) instead.
   bool Step(double now, uint64_t* done) {

@@ -11,7 +11,9 @@
 // thread (no wake-up), an async one on a worker (CPU: wake_cpu). Otherwise it waits in the
 // class's FIFO; a finishing request hands its permit to the FIFO's head, which wakes
 // (CPU: wake_cpu) -- unless the head is async and the finisher is a worker, which then
-// runs it without parking. A synchronous client continues on its own thread when its
+// runs it without parking. With spin_us > 0 a synchronous waiter that finds a core free
+// spins (a CPU job) for up to spin_us first; handed its permit meanwhile, it runs at once
+// without the wake-up. A synchronous client continues on its own thread when its
 // request is done; an async client went on right after issuing. No-control is the same
 // path with one shared FIFO and no_control_max_inflight permits for both classes, and
 // async requests run inline by their caller, as the middleware does.
@@ -51,6 +53,7 @@ enum CpuStage : uint64_t {
   kClientWake = 3,    // hand-off: the client woken on completion
   kGrantWake = 4,     // permits: the thread that will run a just-granted request wakes
                       // (a parked synchronous caller, or a worker for an async request)
+  kSpin = 5,          // permits: a synchronous waiter spinning before it parks
 };
 
 enum EventType : int { kArrival = 0, kLatencyDone = 1 };
@@ -67,6 +70,7 @@ struct SimRequest {
   int cls = 0;
   bool write = false;
   bool async = false;   // its client did not wait for it (run by a worker)
+  bool spinning = false;  // a waiter busy-waiting for its permit (a kSpin CPU job)
   uint32_t bytes = 0;
   double sched_ns = 0;
   double issue_ns = 0;
@@ -153,6 +157,18 @@ struct Simulator::Impl {
     }
   }
   double CpuNext() const { return round_robin ? rr_cpu.NextEvent() : ps_cpu.NextDeparture(); }
+  void CpuRemove(uint64_t job) {
+    if (round_robin) {
+      rr_cpu.Remove(now, job);
+    } else {
+      ps_cpu.Remove(now, 0, job);
+    }
+  }
+  // Some CPU is idle: fewer runnable jobs than cores left by the background load.
+  bool CpuHasFreeCore() const {
+    if (round_robin) return rr_cpu.running() < int(std::lround(opt.params.cores)) && rr_cpu.queued() == 0;
+    return ps_cpu.active() < opt.params.cores * (1.0 - opt.params.background);
+  }
   bool CpuStep(uint64_t* job) {
     if (round_robin) return rr_cpu.Step(now, job);
     *job = ps_cpu.PopNext(now);
@@ -255,6 +271,12 @@ struct Simulator::Impl {
     } else {
       p.fifo.push_back(id);
       waiting[r.cls]++;
+      // A synchronous waiter spins for spin_us before parking when a core is free (as
+      // MiddlewareOptions::spin_ns): handed its permit meanwhile, it needs no wake-up.
+      if (!r.async && opt.params.spin_us > 0 && CpuHasFreeCore()) {
+        reqs[id].spinning = true;
+        CpuAdd(opt.params.spin_us * 1000.0, (id << 3) | kSpin);
+      }
     }
   }
 
@@ -270,6 +292,12 @@ struct Simulator::Impl {
       waiting[r.cls]--;
       if (r.async && r.cls == worker_class) {
         worker_class = -1;
+        StartServe(id);
+        continue;
+      }
+      if (r.spinning) {
+        reqs[id].spinning = false;
+        CpuRemove((id << 3) | kSpin);
         StartServe(id);
         continue;
       }
@@ -384,6 +412,9 @@ struct Simulator::Impl {
         if (reqs[id].async) ready[reqs[id].cls]--;
         StartServe(id);
         break;
+      case kSpin:
+        reqs[id].spinning = false;  // spun out without its permit: it parks
+        break;
     }
   }
 
@@ -462,9 +493,10 @@ Status Simulator::Create(const SimOptions& o, std::unique_ptr<Simulator>* out) {
   if (!(p.cores > 0) || !(p.background >= 0 && p.background < 1) || !(p.client_cpu_us >= 0) ||
       !(p.wake_cpu_us >= 0) || !(p.op_cpu_us >= 0) || !(p.copy_bytes_per_ns > 0) || !(p.jitter >= 0) ||
       !(p.quantum_us >= 0) || !Finite(p.quantum_us) || (p.quantum_us > 0 && std::lround(p.cores) < 1) ||
+      !(p.spin_us >= 0) || !Finite(p.spin_us) ||
       !Finite(p.cores) || !Finite(p.client_cpu_us) || !Finite(p.wake_cpu_us) || !Finite(p.op_cpu_us) ||
       !Finite(p.copy_bytes_per_ns) || !Finite(p.jitter)) {
-    return Status::InvalidArgument("sim params out of range: cores > 0, 0 <= background < 1, costs >= 0, copy > 0, quantum >= 0");
+    return Status::InvalidArgument("sim params out of range: cores > 0, 0 <= background < 1, costs >= 0, copy > 0, quantum >= 0, spin >= 0");
   }
   if (!o.device.passthrough) {
     Status s = ValidateDeviceProfile(o.device);

@@ -446,6 +446,69 @@ TEST(SimulatorCallerRunsTest, LimitBoundsConcurrencyAndGrowingAdmitsWaiters) {
   EXPECT_NEAR(w.interactive.ops_per_s, 20000, 400);
 }
 
+TEST(SimulatorCallerRunsTest, SpinningWaiterHandedItsPermitSkipsTheWakeUp) {
+  // Two requests at once, one permit, 2 cores. The second waits and, a core being free,
+  // spins. Spinning 20 us, it is handed the permit at 10 while still spinning and runs at
+  // once (10-20). Spinning only 5 us, it has parked by then and pays the wake-up (15-25).
+  auto mean_max = [](double spin_us, double cores) {
+    SimOptions o = PermitOptions(Execution::kCallerRuns, 1);
+    o.params.spin_us = spin_us;
+    o.params.cores = cores;
+    auto sim = Make(o);
+    EXPECT_TRUE(sim->SetWorkload(Bursts(100, 2, 1000, 2, false), Idle()).ok());
+    WindowStats w;
+    EXPECT_TRUE(sim->RunWindow(&w).ok());
+    EXPECT_EQ(w.interactive.ops, 200u);
+    return std::make_pair(w.interactive.mean_us, w.interactive.max_us);
+  };
+  EXPECT_EQ(mean_max(20, 2), std::make_pair((10.0 + 20.0) / 2, 20.0));
+  EXPECT_EQ(mean_max(5, 2), std::make_pair((10.0 + 25.0) / 2, 25.0));
+  // One core, busy with the first request: no free core, so the waiter parks at once.
+  EXPECT_EQ(mean_max(20, 1), std::make_pair((10.0 + 25.0) / 2, 25.0));
+}
+
+TEST(SimulatorCallerRunsTest, OnlyWaitersThatFindAFreeCoreSpin) {
+  // Three requests at once, one permit, 2 cores, spin 100 us. The first runs (0-10); the
+  // second spins (the two jobs fill both cores); the third finds no free core and parks.
+  // At 10 the spinner takes the permit without a wake-up (10-20); at 20 the third is
+  // handed it, wakes (5) and runs: done at 35.
+  SimOptions o = PermitOptions(Execution::kCallerRuns, 1);
+  o.params.spin_us = 100;
+  auto sim = Make(o);
+  ASSERT_TRUE(sim->SetWorkload(Bursts(100, 3, 1000, 3, false), Idle()).ok());
+  WindowStats w;
+  ASSERT_TRUE(sim->RunWindow(&w).ok());
+  EXPECT_EQ(w.interactive.ops, 300u);
+  EXPECT_NEAR(w.interactive.mean_us, (10.0 + 20.0 + 35.0) / 3, 1e-9);
+  EXPECT_DOUBLE_EQ(w.interactive.max_us, 35.0);
+}
+
+TEST(SimulatorCallerRunsTest, SpinningBurnsACore) {
+  // Two cores, processor sharing. The first interactive request runs (0-10) and the second
+  // spins on the other core. A batch request issued at 1 us makes three runnable jobs on
+  // two cores (each at 2/3 speed): the first interactive one, with 9 us left, ends at
+  // 1 + 9 * 3/2 = 14.5, when the spinner takes the permit (its spin job goes away); the
+  // batch one has 1 us left and, two jobs on two cores, ends at 15.5: latency 14.5 us.
+  // The second interactive request runs 14.5-24.5. Without spinning the batch request
+  // would share nothing and take its 10 us.
+  auto run = [](double spin_us) {
+    SimOptions o = PermitOptions(Execution::kCallerRuns, 1);
+    o.params.spin_us = spin_us;
+    auto sim = Make(o);
+    SimClassWorkload b = Bursts(100, 1, 1000, 1, false);
+    for (double& t : b.times_us) t += 1;
+    EXPECT_TRUE(sim->SetWorkload(Bursts(100, 2, 1000, 2, false), b).ok());
+    WindowStats w;
+    EXPECT_TRUE(sim->RunWindow(&w).ok());
+    return w;
+  };
+  const WindowStats spin = run(1000), park = run(0);
+  EXPECT_NEAR(spin.batch.max_us, 14.5, 0.002);
+  EXPECT_NEAR(spin.interactive.max_us, 24.5, 0.002);
+  EXPECT_NEAR(park.batch.max_us, 10.0, 0.002);
+  EXPECT_NEAR(park.interactive.max_us, 25.0, 0.002);
+}
+
 TEST(SimulatorCallerRunsTest, NoControlIsTheSameInBothExecutions) {
   auto run = [](Execution e) {
     SimOptions o = PermitOptions(e, 1);
@@ -495,6 +558,9 @@ TEST(SimulatorTest, BadInputIsRefused) {
   o.execution = static_cast<Execution>(7);
   EXPECT_TRUE(Simulator::Create(o, &sim).IsInvalidArgument());
   o.execution = Execution::kCallerRuns;
+  o.params.spin_us = -1;
+  EXPECT_TRUE(Simulator::Create(o, &sim).IsInvalidArgument());
+  o.params.spin_us = 0;
   ASSERT_TRUE(Simulator::Create(o, &sim).ok());
   SimClassWorkload bad = Paced(3, 10, 8, false, 1);
   bad.times_us = {0, 20, 10};
