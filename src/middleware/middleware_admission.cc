@@ -253,7 +253,7 @@ Status Middleware::Impl::SyncCall(OpType op, std::string_view key, std::string_v
   if (UsesPermits()) {
     Status result;
     s = RunOnCaller(&t, out, &result);
-    return s.ok() ? result : s;
+    return s.ok() ? std::move(result) : s;
   }
   {
     Gate gate(this);

@@ -14,9 +14,10 @@
 // and hands over; a waiter re-checks for a free permit under the same mutex before it
 // queues. No wake-up is lost and the uncontended path takes no lock.
 //
-// What "holding" a granted permit means is the caller's business: Acquire and Release
-// return waiters as PermitWaiter pointers (linked through `next`), and the caller wakes
-// a synchronous caller or hands an asynchronous task to a worker.
+// What a granted waiter does with its permit is the caller's business: Release and
+// SetLimit return the waiters they granted as PermitWaiter pointers (linked through
+// `next`), and the middleware hands each request to a worker (or, with no workers,
+// wakes the waiting caller).
 //
 // Thread safety: every method may be called from any thread.
 #ifndef NVMW_MIDDLEWARE_PERMITS_H_
