@@ -10,7 +10,7 @@ from nvmw.workloads import phases
 
 
 def test_shipped_phases_follow_appendix_c():
-    assert phases.list_phases() == [1, 2, 3, 4]
+    assert phases.list_phases() == [1, 2, 3, 4, 5, 6]
     p = {n: phases.load_phase(n) for n in (1, 2, 3, 4)}
     assert (p[1].interactive.requests, p[1].interactive.write_ratio, p[1].interactive.clients) == (2039, 0.2, 200)
     assert (p[1].interactive.min_bytes, p[1].interactive.max_bytes) == (30, 50)

@@ -12,6 +12,7 @@ from nvmw.control import SLASpec
 from nvmw.lab.demo import demo_comparison
 from nvmw.rl import QLearningAgent
 from nvmw.rl.pretrain import QUICK_GRID, load_transitions, tune_models
+from nvmw.workloads.phases import DEFAULT_PHASES
 
 TINY_GRID = {"poly__degree": [1, 2], "sgd__loss": ["squared_error"], "sgd__penalty": ["l2"],
              "sgd__alpha": [0.01], "sgd__learning_rate": ["invscaling"], "sgd__max_iter": [200]}
@@ -38,15 +39,18 @@ def test_calibrate_writes_spec_and_oracle(pipeline):
     assert spec.name == "calibrated-synthetic" and "grid [2, 8, 20]" in spec.notes
     with open(pipeline / "spec.oracle.json") as fh:
         oracle = json.load(fh)
-    assert set(oracle["table"]) == {"1", "2", "3", "4"}
+    # calibrate sweeps the default phase set (thesis 1-4 and the contended ones) by default
+    assert set(oracle["table"]) == {str(p) for p in DEFAULT_PHASES} and {"1", "2", "3", "4", "5"} <= set(oracle["table"])
+    assert oracle["run"]["phases"].startswith(",".join(map(str, DEFAULT_PHASES)) + " ")
     assert all(c[0] in (2, 8, 20) and c[1] in (2, 8, 20) for c in oracle["table"].values())
 
 
 def test_collect_file(pipeline):
     data = load_transitions(pipeline / "t.npz")
-    assert len(data["actions"]) == 4 * 60 and data["states"].shape == (240, 8)
-    assert sorted(set(data["phases"].tolist())) == [1, 2, 3, 4]
-    assert data["truncated"].sum() == 4
+    n = len(DEFAULT_PHASES)  # collect runs the default phase set by default
+    assert len(data["actions"]) == n * 60 and data["states"].shape == (n * 60, 8)
+    assert sorted(set(data["phases"].tolist())) == list(DEFAULT_PHASES)
+    assert data["truncated"].sum() == n
     np.testing.assert_array_equal(data["states"][1:60], data["next_states"][:59])
 
 

@@ -8,6 +8,7 @@ from nvmw import _core
 from nvmw.control import load_spec, reward
 from nvmw.control.loop import INFO_KEYS as LOOP_INFO_KEYS
 from nvmw.rl import RealEnv, SeqPhaseEnv, SyntheticEnv
+from nvmw.workloads.phases import DEFAULT_PHASES
 
 INFO_KEYS = {"stats", "p99_us", "throughput", "offered_ops_per_s", "phase", "threads", "window_s",
              "sla_latency_met", "sla_throughput_met", "control"}
@@ -62,16 +63,19 @@ def test_step_applies_actions_and_truncates_at_200():
 
 
 def test_seq_phase_env_switches_in_seeded_random_order():
-    env = SeqPhaseEnv(SyntheticEnv(), total_steps=80, switch_every=10)
+    # The default phase set (thesis 1-4 and the contended 5-6): each block of six segments
+    # is a permutation of it.
+    n = len(DEFAULT_PHASES)
+    env = SeqPhaseEnv(SyntheticEnv(), total_steps=20 * n, switch_every=10)
     env.reset(seed=1)
     sched = list(env.schedule_)
-    assert len(sched) == 8 and sorted(sched[:4]) == [1, 2, 3, 4] and sorted(sched[4:]) == [1, 2, 3, 4]
+    assert len(sched) == 2 * n and sorted(sched[:n]) == list(DEFAULT_PHASES) and sorted(sched[n:]) == list(DEFAULT_PHASES)
     phases, trunc, steps = [], False, 0
     while not trunc:
         _, _, _, trunc, info = env.step(0)
         phases.append(info["phase"])
         steps += 1
-    assert steps == 80
+    assert steps == 20 * n
     assert phases[::10] == sched and env.unwrapped.threads == (15, 15)
     env.reset(seed=1)
     assert env.schedule_ == sched

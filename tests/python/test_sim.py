@@ -15,6 +15,7 @@ from nvmw.lab.evaluation import evaluate_controllers
 from nvmw.lab.runs import data_path
 from nvmw.lab.simfit import compare, fit, per_config, simulate_sweep
 from nvmw.rl.sim import SimEnv, default_params, load_params
+from nvmw.workloads.phases import DEFAULT_PHASES
 
 
 def test_check_env_passes_including_determinism():
@@ -94,7 +95,7 @@ def test_parameters_bad_input():
     with pytest.raises(FileNotFoundError, match="no simulator parameter file"):
         load_params("/nonexistent/params.json")
     with pytest.raises(ValueError):
-        SimEnv(5)
+        SimEnv(99)
     p = default_params()
     p["background"] = 1.5
     with pytest.raises(ValueError, match="sim params out of range"):
@@ -183,9 +184,9 @@ def test_attain_rule_hand_computed():
 
 def test_interleaved_and_sequential_evaluation_agree_on_a_deterministic_env():
     make = lambda control: SimEnv(window_s=0.05, control=control)  # noqa: E731
-    kw = dict(total_steps=24, switch_every=6, seed=2)
+    kw = dict(total_steps=6 * len(DEFAULT_PHASES), switch_every=6, seed=2)
     a, ta = evaluate_controllers(make, [NoControl(), Fixed(4, 2)], interleave=True, **kw)
     b, tb = evaluate_controllers(make, [NoControl(), Fixed(4, 2)], interleave=False, **kw)
     for name in ta:
         assert ta[name]["p99_us"] == tb[name]["p99_us"] and ta[name]["schedule"] == tb[name]["schedule"]
-    assert sorted(ta["no-control"]["schedule"]) == [1, 2, 3, 4]
+    assert sorted(ta["no-control"]["schedule"]) == list(DEFAULT_PHASES)

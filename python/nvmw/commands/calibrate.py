@@ -1,16 +1,24 @@
 """`nvmw calibrate`: sweep fixed thread configurations per phase on this machine and derive
 an SLA spec (goals + scaling bounds for the reward) and the per-phase best configuration
-(the oracle controller's table)."""
+(the oracle controller's table).
+
+`nvmw calibrate --capacity [--device D] [--out FILE]` instead measures this machine's
+capacity (the device profile's peak write/read bandwidth and the middleware's interactive
+capacity) and prints it as JSON (and writes it to FILE): the numbers the contended phases
+are scaled to (name the file with `--capacity FILE` or $NVMW_CAPACITY)."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import sys
 import time
 
 from nvmw.commands._args import add_env_args, env_from_args
 from nvmw.lab.calibration import calibrate, load_sweep, save_oracle, save_sweep, sweep_env
+from nvmw.lab.capacity import DEFAULT_CLIENTS, measure_capacity
 from nvmw.lab.runs import run_header
+from nvmw.workloads.phases import DEFAULT_PHASES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--grid", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32],
                    help="thread counts swept for each pool (default %(default)s)")
     p.add_argument("--windows", type=int, default=5, help="measured windows per configuration (default %(default)s)")
-    p.add_argument("--phases", type=int, nargs="+", default=[1, 2, 3, 4])
+    p.add_argument("--phases", type=int, nargs="+", default=list(DEFAULT_PHASES),
+                   help="phases swept (default %(default)s)")
     p.add_argument("--rule", choices=("attain", "quantile"), default="attain",
                    help="attain (default): the tightest goals the best configuration of every phase "
                    "meets on --attain of its windows; quantile: the --quantile of the configurations' "
@@ -29,7 +38,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="rule attain: fraction of windows the goals must hold (default %(default)s)")
     p.add_argument("--quantile", type=float, default=0.25,
                    help="rule quantile: goal quantile across configurations (default %(default)s)")
-    p.add_argument("--out", required=True, help="SLA spec TOML to write")
+    p.add_argument("--out", default=None, help="SLA spec TOML to write (with --capacity: the capacity JSON)")
+    p.add_argument("--capacity", action="store_true", help="measure this machine's capacity instead of "
+                   "sweeping (device bandwidth and interactive capacity; JSON)")
+    p.add_argument("--capacity-clients", type=int, nargs="+", default=list(DEFAULT_CLIENTS),
+                   help="--capacity: closed-loop client counts tried (default %(default)s)")
+    p.add_argument("--capacity-duration", type=float, default=2.0,
+                   help="--capacity: seconds per client count (default %(default)s)")
     p.add_argument("--oracle-out", default=None, help="oracle table JSON to write (default: next to --out)")
     p.add_argument("--sweep-out", default=None, help="also write the raw sweep rows (JSON)")
     p.add_argument("--from-sweep", default=None, help="derive from sweep rows saved by --sweep-out "
@@ -37,7 +52,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _capacity(args) -> int:
+    try:
+        out = measure_capacity(args.device, engine=args.engine, clients=args.capacity_clients,
+                               duration_s=args.capacity_duration,
+                               command=f"nvmw calibrate --capacity --device {args.device} --engine {args.engine} "
+                                       f"--capacity-clients {' '.join(map(str, args.capacity_clients))} "
+                                       f"--capacity-duration {args.capacity_duration:g}",
+                               progress=lambda m: print("  " + m, file=sys.stderr, flush=True))
+    except ValueError as e:
+        print(f"nvmw calibrate: {e}", file=sys.stderr)
+        return 2
+    text = json.dumps(out, indent=2)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+    print(text)
+    return 0
+
+
 def run(args) -> int:
+    if args.capacity:
+        return _capacity(args)
+    if not args.out:
+        print("nvmw calibrate: --out is required (the SLA spec to write)", file=sys.stderr)
+        return 2
     t0 = time.monotonic()
     if args.from_sweep:
         rows, header = load_sweep(args.from_sweep)
@@ -51,7 +90,7 @@ def run(args) -> int:
         try:
             rows = sweep_env(env, phases=args.phases, grid=args.grid, windows=args.windows, seed=args.seed,
                              progress=True)
-            header = run_header(args.env, env)
+            header = run_header(args.env, env, phases=args.phases)
         finally:
             env.close()
     header = {k: v for k, v in header.items() if k != "sla"}

@@ -9,6 +9,7 @@ import time
 from nvmw.commands._args import add_env_args, env_from_args
 from nvmw.lab.runs import run_header
 from nvmw.rl.pretrain import collect_transitions, save_transitions
+from nvmw.workloads.phases import DEFAULT_PHASES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,7 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_env_args(p)
     p.add_argument("--episodes", type=int, default=150, help="episodes per phase (default %(default)s, as the thesis)")
-    p.add_argument("--phases", type=int, nargs="+", default=[1, 2, 3, 4])
+    p.add_argument("--phases", type=int, nargs="+", default=list(DEFAULT_PHASES),
+                   help="phases (default %(default)s)")
     p.add_argument("--out", required=True, help="transitions file to write (.npz)")
     p.set_defaults(func=run)
 

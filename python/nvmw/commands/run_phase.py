@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "throughput and queue lengths. Controllers: none (no-control mode), fixed:I,B, aimd, "
         "gradient, q-learning, oracle, or any kind registered with "
         "nvmw.lab.lineup.register_controller.")
-    p.add_argument("phase", help="phase number (1-4) or a phase TOML file")
+    p.add_argument("phase", help="phase number (1-4 the thesis's, 5-6 contended) or a phase TOML file")
     p.add_argument("--duration", type=float, default=30.0, help="seconds (default %(default)s)")
     p.add_argument("--controller", default="fixed:10,10", help=controller_help("%(default)s"))
     p.add_argument("--sla", default=None, help="SLA spec judging each window for the controller "
@@ -30,6 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the run (same seed, same traces)")
     p.add_argument("--rate-scale", type=float, default=1.0,
                    help="multiply both classes' offered rates (default %(default)s)")
+    p.add_argument("--capacity", default=None, help="capacity file the contended phases are scaled to "
+                   "(from `nvmw calibrate --capacity`; default $NVMW_CAPACITY, else the shipped optane-1dimm)")
     add_store_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
     p.set_defaults(func=run)
@@ -44,7 +46,7 @@ def _print_row(row: dict) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        phase = load_phase(args.phase)
+        phase = load_phase(args.phase, capacity=args.capacity)
         sla = load_spec(args.sla, device=args.device)
         controller = make_controller(args.controller, ControllerContext(sla=sla, device=args.device))
     except (ValueError, OSError) as e:
@@ -52,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if not args.json:
         print(f"phase {phase.number}: {phase.description}")
+        if phase.scaling:
+            print(f"scaled: {phase.scaling}")
         print(f"controller {getattr(controller, 'name', args.controller)}, engine {args.engine}, device {args.device}, window {args.window} s, "
               f"{cores()} cores")
         print(f"{'win':>5} {'I/B':<7}{'ops/s':>10}{'I p99 us':>12}{'B ops/s':>10}{'B MB/s':>10}"

@@ -12,6 +12,7 @@ from nvmw.commands._args import add_env_args, env_from_args
 from nvmw.lab.runs import run_header
 from nvmw.lab.training import plot_curve, pretrained_agent, resumed_agent, train_per_phase
 from nvmw.rl.pretrain import collect_transitions, load_transitions
+from nvmw.workloads.phases import DEFAULT_PHASES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "thesis: 700-1000)")
     p.add_argument("--rounds", type=int, default=1, help="repeat the pass over the phases this many times "
                    "(interleaves phases so the agent does not forget the first ones)")
-    p.add_argument("--phases", type=int, nargs="+", default=[1, 2, 3, 4])
+    p.add_argument("--phases", type=int, nargs="+", default=list(DEFAULT_PHASES),
+                   help="phases (default %(default)s)")
     p.add_argument("--gamma", type=float, default=0.95)
     p.add_argument("--learning-rate", type=float, default=0.7)
     p.add_argument("--learning-rate-mode", choices=["q_step", "sgd_eta0"], default="q_step")
@@ -65,7 +67,7 @@ def run(args) -> int:
         history, timings = train_per_phase(agent, env, episodes=args.episodes, phases=args.phases,
                                            rounds=args.rounds, epsilon=args.epsilon, epsilon_min=args.epsilon_min,
                                            seed=args.seed, progress=True)
-        header = run_header(args.env, env, seed=args.seed)
+        header = run_header(args.env, env, phases=args.phases, seed=args.seed)
     finally:
         env.close()
     meta = {"args": {k: v for k, v in vars(args).items() if k != "func"}, "run": header, "training": timings,

@@ -14,11 +14,12 @@ from nvmw.control.controllers import Fixed, OracleFixed
 from nvmw.control.loop import drive
 from nvmw.control.sla import SLASpec
 from nvmw.rl.envs import ControlEnv
+from nvmw.workloads.phases import DEFAULT_PHASES
 
 DEFAULT_GRID = (1, 2, 4, 8, 16, 32)
 
 
-def sweep_env(env: ControlEnv, *, phases: Sequence[int] = (1, 2, 3, 4), grid: Sequence[int] = DEFAULT_GRID,
+def sweep_env(env: ControlEnv, *, phases: Sequence[int] = DEFAULT_PHASES, grid: Sequence[int] = DEFAULT_GRID,
               windows: int = 5, settle_windows: int = 1, seed: int = 0, progress: bool = False,
               configs: Sequence[tuple[int, int]] | None = None) -> list[dict]:
     """Every (interactive, batch) pair of `grid` (or the given `configs`, in order) in every

@@ -18,6 +18,7 @@ from nvmw.lab.lineup import ControllerContext, build_controllers
 from nvmw.lab.runs import run_header
 from nvmw.rl.envs import ControlEnv, SeqPhaseEnv
 from nvmw.rl.registry import make_env
+from nvmw.workloads.phases import DEFAULT_PHASES
 
 TRACE_KEYS = ("step", "phase", "interactive_threads", "batch_threads", "reward", "p99_us", "throughput",
               "offered_ops_per_s", "sla_latency_met", "sla_throughput_met")
@@ -84,7 +85,7 @@ class _Run:
 
 def run_controller(env: ControlEnv, controller: Controller, *, total_steps: int = 4000, switch_every: int = 200,
                    seed: int = 0, initial_threads: tuple[int, int] = (15, 15), progress: bool = False,
-                   phases: Sequence[int] = (1, 2, 3, 4)) -> dict[str, list]:
+                   phases: Sequence[int] = DEFAULT_PHASES) -> dict[str, list]:
     """Run one controller through the long run on `env` (not closed here). Returns the
     per-step trace as column lists (TRACE_KEYS) plus "schedule" and "wall_s"."""
     run = _Run(env, controller, total_steps=total_steps, switch_every=switch_every, seed=seed,
@@ -145,7 +146,7 @@ def summarize(trace: Mapping[str, list], switch_every: int) -> dict[str, Any]:
 def evaluate_controllers(make_env: Callable[[bool], ControlEnv], controllers: Sequence[Controller], *,
                          total_steps: int = 4000, switch_every: int = 200, seed: int = 0,
                          initial_threads: tuple[int, int] = (15, 15), progress: bool = False,
-                         phases: Sequence[int] = (1, 2, 3, 4), interleave: bool = True) -> tuple[dict, dict]:
+                         phases: Sequence[int] = DEFAULT_PHASES, interleave: bool = True) -> tuple[dict, dict]:
     """Every controller on the same seeded schedule. make_env(control) builds a fresh env
     (control=False for the no-control baseline); it is closed at the end.
 

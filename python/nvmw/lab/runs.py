@@ -1,12 +1,13 @@
 """What experiments share: the shipped agent and oracle files, and the run header every
-report carries (cores, env, device, window, SLA)."""
+report carries (cores, env, device, window, SLA, phase set)."""
 from __future__ import annotations
 
 import os
 from importlib import resources
-from typing import Any
+from typing import Any, Optional, Sequence
 
 from nvmw.rl.envs import ControlEnv
+from nvmw.workloads.phases import DEFAULT_PHASES, describe_phase_set
 
 
 def data_path(*parts: str) -> str:
@@ -22,8 +23,18 @@ def shipped_oracle_path(device: str = "optane-1dimm") -> str:
     return data_path("sla", f"oracle-{device}.json")
 
 
-def run_header(env_kind: str, env: ControlEnv, **extra: Any) -> dict[str, Any]:
-    """What every report states: machine cores, device profile, window length, SLA spec."""
+def phase_set_label(env_kind: str, phases: Optional[Sequence[int]] = None) -> str:
+    """The phase set a run used (default `DEFAULT_PHASES`) and how its contended phases
+    were scaled; the synthetic env has its own analytic phases."""
+    phases = tuple(int(p) for p in (phases if phases is not None else DEFAULT_PHASES))
+    if env_kind == "synthetic":
+        return f"{','.join(map(str, phases))} (synthetic analytic model)"
+    return describe_phase_set(phases)
+
+
+def run_header(env_kind: str, env: ControlEnv, phases: Optional[Sequence[int]] = None, **extra: Any) -> dict[str, Any]:
+    """What every report states: machine cores, device profile, window length, SLA spec,
+    phase set (`phases`, default `DEFAULT_PHASES`)."""
     sla = env.sla
     h = {
         "cores": os.cpu_count() or 1,
@@ -32,9 +43,10 @@ def run_header(env_kind: str, env: ControlEnv, **extra: Any) -> dict[str, Any]:
         "window_s": env.window_s,
         "sla": f"{sla.name or 'custom'} (p99 {sla.latency_class} <= {sla.lat_goal:g} us, "
                f"{sla.throughput_class} >= {sla.tp_goal:,.0f} ops/s)",
+        "phases": phase_set_label(env_kind, phases),
     }
     h.update(extra)
     return h
 
 
-__all__ = ["data_path", "shipped_agent_path", "shipped_oracle_path", "run_header"]
+__all__ = ["data_path", "shipped_agent_path", "shipped_oracle_path", "run_header", "phase_set_label"]

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from nvmw.rl.agent import QLearningAgent
+from nvmw.workloads.phases import DEFAULT_PHASES
 
 
 def pretrained_agent(data: Mapping[str, np.ndarray], *, tuned_path: Optional[str] = None, fqi_iterations: int = 0,
@@ -37,7 +38,7 @@ def resumed_agent(path: str, *, epsilon: float, epsilon_decay: float, epsilon_de
     return agent, dict(getattr(agent, "metadata_", {}) or {})
 
 
-def train_per_phase(agent: QLearningAgent, env, *, episodes: int, phases: Sequence[int] = (1, 2, 3, 4),
+def train_per_phase(agent: QLearningAgent, env, *, episodes: int, phases: Sequence[int] = DEFAULT_PHASES,
                     rounds: int = 1, epsilon: float = 0.9, epsilon_min: float = 0.0, seed: int = 0,
                     progress: bool = False) -> tuple[list[dict], dict]:
     """`episodes` Q-learning episodes per phase, `rounds` passes over the phases (later

@@ -28,7 +28,7 @@ from nvmw import _core
 from nvmw.control.loop import ControlLoop, Reading, check_threads
 from nvmw.control.sla import SLASpec, load_spec
 from nvmw.middleware import Middleware
-from nvmw.workloads.phases import Phase, PhaseWorkload, load_phase
+from nvmw.workloads.phases import DEFAULT_PHASES, Phase, PhaseWorkload, list_phases, load_phase
 
 
 class ControlEnv(gym.Env):
@@ -39,7 +39,8 @@ class ControlEnv(gym.Env):
     `_offered_ops_per_s()`."""
 
     metadata = {"render_modes": []}
-    phases: tuple[int, ...] = (1, 2, 3, 4)
+    #: The phases this env can run: every shipped phase (thesis 1-4, contended 5-6).
+    phases: tuple[int, ...] = tuple(list_phases())
 
     def __init__(self, phase: int = 1, *, max_episode_steps: int = 200, sla: SLASpec | str | None = None,
                  max_threads: int = 32, initial_threads: tuple[int, int] | None = None,
@@ -298,7 +299,11 @@ class SyntheticEnv(ControlEnv):
         2: (45_000, 80_000, 40.0, 100.0, 40, 800_000, 0.2, 0.5, 10),
         3: (120_000, 60_000, 40.0, 25.0, 40, 4_096, 0.2, 0.0, 4),
         4: (90_000, 60_000, 60.0, 25.0, 500, 4_096, 0.9, 0.0, 5),
+        # Contended variants of 1 and 2: the batch side offers far more than it can serve.
+        5: (60_000, 200_000, 40.0, 100.0, 40, 800_000, 0.2, 0.5, 8),
+        6: (45_000, 200_000, 40.0, 100.0, 40, 800_000, 0.2, 0.5, 10),
     }
+    phases = tuple(PHASES)
     # Goals that this model can meet (the thesis's 250k ops/s is out of its range).
     DEFAULT_SLA = SLASpec(lat_goal=250.0, tp_goal=100_000.0, name="synthetic",
                           notes="goals for SyntheticEnv only; thesis scaling bounds")
@@ -366,7 +371,7 @@ class SeqPhaseEnv(gym.Wrapper):
     across switches; only the first segment resets them."""
 
     def __init__(self, env: ControlEnv, *, total_steps: int = 4000, switch_every: int = 200,
-                 phases: tuple[int, ...] = (1, 2, 3, 4), initial_threads: tuple[int, int] | None = (15, 15)):
+                 phases: tuple[int, ...] = DEFAULT_PHASES, initial_threads: tuple[int, int] | None = (15, 15)):
         super().__init__(env)
         if total_steps < 1 or switch_every < 1:
             raise ValueError("total_steps and switch_every must be >= 1")

@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 
 from nvmw.control.loop import drive
 from nvmw.rl.agent import N_ACTIONS, N_FEATURES, make_pipeline, transform_features
+from nvmw.workloads.phases import DEFAULT_PHASES
 
 # Table D.1 (scikit-learn spelling: the thesis's 'squared' loss is 'squared_error').
 FULL_GRID: dict[str, list] = {
@@ -42,7 +43,7 @@ TRANSITION_KEYS = ("states", "actions", "rewards", "next_states", "terminated", 
                    "p99_us", "throughput")
 
 
-def collect_transitions(env, *, episodes_per_phase: int = 150, phases: Sequence[int] = (1, 2, 3, 4),
+def collect_transitions(env, *, episodes_per_phase: int = 150, phases: Sequence[int] = DEFAULT_PHASES,
                         seed: int = 0, progress: bool = False) -> dict[str, np.ndarray]:
     """Random-agent transitions (uniform actions, seeded) for every phase."""
     if episodes_per_phase < 1:

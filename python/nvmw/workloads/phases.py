@@ -1,14 +1,20 @@
-"""The thesis's four RL phases (Appendix C) as data: `load_phase(n_or_path)` reads a TOML
-phase file (shipped ones in nvmw/data/phases/), `PhaseWorkload` co-runs its interactive
-and batch trace replays in the background on a `_core.Middleware`, and `phase_workloads`
-gives the same traces in the form the simulator takes."""
+"""The thesis's four RL phases (Appendix C) and their contended variants as data:
+`load_phase(n_or_path)` reads a TOML phase file (shipped ones in nvmw/data/phases/),
+`PhaseWorkload` co-runs its interactive and batch trace replays in the background on a
+`_core.Middleware`, and `phase_workloads` gives the same traces in the form the simulator
+takes.
+
+Phases 1-4 are the thesis's, paced for a small machine; phases 5 and 6 are phases 1 and 2
+with their offered load stated relative to this machine's measured capacity
+(`nvmw.workloads.capacity`), so that the batch side floods the device.
+`DEFAULT_PHASES` is the set every experiment runs by default."""
 from __future__ import annotations
 
 import functools
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
@@ -19,14 +25,20 @@ else:  # pragma: no cover
 
 from nvmw import _core
 from nvmw.workloads import traces
+from nvmw.workloads.capacity import FACTOR_KEYS, CapacityLike, load_capacity, rate_for
 
 PHASE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "phases")
 SOURCES = ("azure", "svd", "file")
+#: The phases experiments run by default (evaluation, calibration, collection, training,
+#: demo): the thesis's four (gentle on a small machine) and the two contended variants.
+DEFAULT_PHASES: tuple[int, ...] = (1, 2, 3, 4, 5, 6)
+#: Ways to pace a class: one of these keys per class table.
+PACE_KEYS = ("target_ops_per_s", "accel", *FACTOR_KEYS)
 
 _CLASS_KEYS = {
     "source", "requests", "clients", "write_ratio", "min_bytes", "max_bytes", "fixed_bytes",
     "key_space", "target_ops_per_s", "accel", "loop", "synth_rows", "synth", "path", "format",
-    "start_unix_ms", "end_unix_ms",
+    "start_unix_ms", "end_unix_ms", *FACTOR_KEYS,
 }
 
 
@@ -65,6 +77,10 @@ class ClassWorkload:
     format: str = "azure"
     start_unix_ms: Optional[int] = None
     end_unix_ms: Optional[int] = None
+    scaled_by: tuple = ()
+    """(factor key, factor) when the pace was stated relative to capacity
+    (offered_write_bw, offered_read_bw or capacity_rate); target_ops_per_s is then the
+    resolved rate."""
 
 
 @dataclass(frozen=True)
@@ -75,9 +91,16 @@ class Phase:
     interactive: ClassWorkload
     batch: ClassWorkload
     path: str = ""
+    scaling: str = ""
+    """How the offered load was scaled to capacity ("" for a phase paced in the file)."""
+
+    @property
+    def contended(self) -> bool:
+        """True when a class's offered load is stated relative to measured capacity."""
+        return bool(self.interactive.scaled_by or self.batch.scaled_by)
 
 
-def _class_from_dict(d: dict, where: str, base_dir: str) -> ClassWorkload:
+def _class_from_dict(d: dict, where: str, base_dir: str, capacity: CapacityLike = None) -> ClassWorkload:
     unknown = set(d) - _CLASS_KEYS
     if unknown:
         raise ValueError(f"{where}: unknown keys {sorted(unknown)}")
@@ -89,14 +112,22 @@ def _class_from_dict(d: dict, where: str, base_dir: str) -> ClassWorkload:
         raise ValueError(f"{where}: source must be one of {SOURCES}, not {d['source']!r}")
     if int(d["requests"]) < 1 or int(d["clients"]) < 1:
         raise ValueError(f"{where}: requests and clients must be >= 1")
-    if ("target_ops_per_s" in d) == ("accel" in d):
-        raise ValueError(f"{where}: give exactly one of target_ops_per_s and accel")
-    pace = d.get("target_ops_per_s", d.get("accel"))
-    if not float(pace) > 0:
-        raise ValueError(f"{where}: the pace must be > 0")
+    paces = [k for k in PACE_KEYS if k in d]
+    if len(paces) != 1:
+        raise ValueError(f"{where}: give exactly one of {', '.join(PACE_KEYS)}"
+                         + (f" (got {', '.join(paces)})" if paces else ""))
     wr = d.get("write_ratio")
     if wr is not None and not 0 <= float(wr) <= 1:
         raise ValueError(f"{where}: write_ratio must be in [0, 1]")
+    if paces[0] in FACTOR_KEYS:
+        key = paces[0]
+        factor = d.pop(key)
+        d["target_ops_per_s"] = rate_for(key, factor, load_capacity(capacity), request_bytes=d.get("fixed_bytes"),
+                                         write_ratio=wr, where=where)
+        d["scaled_by"] = (key, float(factor))
+    pace = d.get("target_ops_per_s", d.get("accel"))
+    if not float(pace) > 0:
+        raise ValueError(f"{where}: the pace must be > 0")
     if d["source"] == "file":
         if "path" not in d:
             raise ValueError(f"{where}: source = 'file' needs a path")
@@ -105,8 +136,13 @@ def _class_from_dict(d: dict, where: str, base_dir: str) -> ClassWorkload:
     return ClassWorkload(**d)
 
 
-def load_phase(n_or_path: Union[int, str, os.PathLike]) -> Phase:
-    """Phase 1-4 (shipped) or a phase TOML file of the same layout."""
+def load_phase(n_or_path: Union[int, str, os.PathLike], capacity: CapacityLike = None) -> Phase:
+    """A shipped phase by number (1-4 the thesis's, 5-6 contended) or a phase TOML file of
+    the same layout. A class paced relative to capacity (offered_write_bw, offered_read_bw,
+    capacity_rate) is resolved to target_ops_per_s with `capacity` (a capacity file path,
+    a shipped device name, a dict or a `Capacity`; default $NVMW_CAPACITY, else the
+    shipped optane-1dimm file; see nvmw.workloads.capacity). ValueError for a bad file,
+    a bad factor or a missing capacity file."""
     if isinstance(n_or_path, int) or (isinstance(n_or_path, str) and n_or_path.isdigit()):
         path = os.path.join(PHASE_DIR, f"phase{int(n_or_path)}.toml")
         if not os.path.exists(path):
@@ -122,10 +158,36 @@ def load_phase(n_or_path: Union[int, str, os.PathLike]) -> Phase:
         if key not in data:
             raise ValueError(f"{path}: missing '{key}'")
     base = os.path.dirname(os.path.abspath(path))
+    needs_capacity = any(k in data[c] for c in ("interactive", "batch") for k in FACTOR_KEYS
+                         if isinstance(data[c], dict))
+    cap = load_capacity(capacity) if needs_capacity else None
+    inter = _class_from_dict(data["interactive"], f"{path} [interactive]", base, cap)
+    batch = _class_from_dict(data["batch"], f"{path} [batch]", base, cap)
+    scaling = ""
+    if cap is not None:
+        parts = [f"{cls} {spec.scaled_by[1]:g} x {FACTOR_KEYS[spec.scaled_by[0]]} = {spec.target_ops_per_s:,.0f} ops/s"
+                 for cls, spec in (("interactive", inter), ("batch", batch)) if spec.scaled_by]
+        scaling = "; ".join(parts) + f" [{cap.describe()}]"
     return Phase(number=int(data["number"]), name=str(data.get("name", f"phase{data['number']}")),
-                 description=str(data.get("description", "")),
-                 interactive=_class_from_dict(data["interactive"], f"{path} [interactive]", base),
-                 batch=_class_from_dict(data["batch"], f"{path} [batch]", base), path=path)
+                 description=str(data.get("description", "")), interactive=inter, batch=batch, path=path,
+                 scaling=scaling)
+
+
+def describe_phase_set(phases: Sequence[int] = DEFAULT_PHASES, capacity: CapacityLike = None) -> str:
+    """One line naming a set of shipped phases and how the contended ones were scaled
+    (what every report's run header states)."""
+    gentle, contended, scaling = [], [], ""
+    for n in phases:
+        ph = load_phase(int(n), capacity)
+        (contended if ph.contended else gentle).append(str(ph.number))
+        if ph.contended and not scaling:
+            scaling = ph.scaling.rpartition(" [")[2].rstrip("]")
+    out = []
+    if gentle:
+        out.append(f"{','.join(gentle)} (paced in the phase files)")
+    if contended:
+        out.append(f"{','.join(contended)} (contended, scaled to {scaling})")
+    return " + ".join(out)
 
 
 def list_phases() -> list[int]:
@@ -268,4 +330,4 @@ def phase_workloads(phase: int, seed: int, rate_scale: float = 1.0) -> tuple[dic
 
 
 __all__ = ["ClassWorkload", "Phase", "PhaseWorkload", "load_phase", "list_phases", "build_trace",
-           "phase_workloads", "PHASE_DIR"]
+           "phase_workloads", "describe_phase_set", "PHASE_DIR", "DEFAULT_PHASES", "PACE_KEYS"]
