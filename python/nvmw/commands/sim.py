@@ -1,8 +1,8 @@
 """`nvmw sim`: the simulator of the middleware (virtual time, fitted to a real sweep). `fit`
 fits its free parameters to a real sweep saved by `nvmw calibrate --sweep-out` and reports
-how well it reproduces it;
-`check` reports the same for an existing parameter file; `plot` draws real vs simulated
-p99 per configuration; `run` prints simulated windows of one phase and configuration."""
+how well it reproduces it; `check` reports the same for an existing parameter file
+(`--plot PNG` also draws real vs simulated p99 per configuration); `run` prints simulated
+windows of one phase under one controller."""
 from __future__ import annotations
 
 import argparse
@@ -17,7 +17,7 @@ from nvmw.rl.sim import load_params, save_params
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sim", help="the simulator: fit to a real sweep, check, plot, run",
+    p = sub.add_parser("sim", help="the simulator: fit to a real sweep, check, run",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ssub = p.add_subparsers(dest="sim_command", metavar="ACTION")
     ssub.required = True
