@@ -14,8 +14,8 @@ import os
 import sys
 import time
 
-from nvmw.commands._args import add_env_args, env_from_args
-from nvmw.lab.calibration import calibrate, load_sweep, save_oracle, save_sweep, sweep_env
+from nvmw.commands._args import add_env_args, argv_of, env_from_args
+from nvmw.lab.calibration import calibrate, load_sweep, no_control_windows, save_oracle, save_sweep, sweep_env
 from nvmw.lab.capacity import DEFAULT_CLIENTS, measure_capacity
 from nvmw.lab.runs import run_header
 from nvmw.workloads.phases import DEFAULT_PHASES
@@ -47,6 +47,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="--capacity: seconds per client count (default %(default)s)")
     p.add_argument("--oracle-out", default=None, help="oracle table JSON to write (default: next to --out)")
     p.add_argument("--sweep-out", default=None, help="also write the raw sweep rows (JSON)")
+    p.add_argument("--no-control-windows", type=int, default=0,
+                   help="also measure this many no-control windows per phase (after the sweep; needs "
+                   "--no-control-out): the baseline `nvmw sim fit` and `nvmw sim check` compare against")
+    p.add_argument("--no-control-out", default=None, help="where to write the no-control windows (JSON, "
+                   "read like a sweep: rows with 0 interactive and 0 batch threads)")
     p.add_argument("--from-sweep", default=None, help="derive from sweep rows saved by --sweep-out "
                    "instead of running a sweep")
     p.set_defaults(func=run)
@@ -71,11 +76,21 @@ def _capacity(args) -> int:
     return 0
 
 
+def _measured(args) -> dict:
+    """When and under what machine load a sweep ran, and the command that ran it."""
+    return {"command": "nvmw " + " ".join(argv_of(args)),
+            "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "load_average": [round(x, 2) for x in os.getloadavg()]}
+
+
 def run(args) -> int:
     if args.capacity:
         return _capacity(args)
     if not args.out:
         print("nvmw calibrate: --out is required (the SLA spec to write)", file=sys.stderr)
+        return 2
+    if args.no_control_windows and not args.no_control_out:
+        print("nvmw calibrate: --no-control-windows needs --no-control-out", file=sys.stderr)
         return 2
     t0 = time.monotonic()
     if args.from_sweep:
@@ -90,9 +105,21 @@ def run(args) -> int:
         try:
             rows = sweep_env(env, phases=args.phases, grid=args.grid, windows=args.windows, seed=args.seed,
                              progress=True)
-            header = run_header(args.env, env, phases=args.phases)
+            header = run_header(args.env, env, phases=args.phases, **_measured(args))
         finally:
             env.close()
+    if args.no_control_windows and not args.from_sweep:
+        env = env_from_args(args, control=False)
+        env.max_episode_steps = 10**9
+        try:
+            nc_rows = no_control_windows(env, phases=args.phases, windows=args.no_control_windows, seed=args.seed,
+                                         progress=True)
+            nc_header = {k: v for k, v in run_header(args.env, env, phases=args.phases, **_measured(args)).items()
+                         if k != "sla"}
+        finally:
+            env.close()
+        save_sweep(args.no_control_out, nc_rows, {**nc_header, "control": False,
+                                                  "windows_per_phase": args.no_control_windows})
     header = {k: v for k, v in header.items() if k != "sla"}
     name = f"calibrated-{args.device if args.env == 'real' else args.env}"
     notes = (f"nvmw calibrate: {header['cores']} cores, env {args.env}, device {header['device']}, "

@@ -11,9 +11,9 @@ import json
 from nvmw.commands._args import add_pool_args, pool_config
 from nvmw.lab.calibration import load_sweep
 from nvmw.lab.lineup import deprecated
-from nvmw.lab.simfit import compare, fit, per_config, plot_check, simulate_sweep
+from nvmw.lab.simfit import FITTABLE, compare, fit, per_config, plot_check, simulate_sweep
 from nvmw.lab.phase_run import simulate_phase
-from nvmw.rl.sim import load_params, save_params
+from nvmw.rl.sim import FIT_NAMES, load_params, save_params
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,6 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--windows", type=int, default=8, help="simulated windows per configuration (default %(default)s)")
     q.add_argument("--max-evals", type=int, default=150, help="Nelder-Mead evaluations (default %(default)s)")
     q.add_argument("--start", default=None, help="starting parameters (file or name; default: built-in)")
+    q.add_argument("--free", nargs="+", default=list(FIT_NAMES), choices=FITTABLE, metavar="NAME",
+                   help="parameters to fit (default %(default)s; also spin_us); the others keep --start's values")
     q.add_argument("--seed", type=int, default=0)
     q.set_defaults(func=_fit)
 
@@ -63,7 +65,7 @@ def _fit(args) -> int:
     window = args.window or float(run.get("window_s", 0.1))
     start = load_params(args.start, device) if args.start else None
     res = fit(rows, window_s=window, device=device, cores=float(run.get("cores", 2)), start=start,
-              windows=args.windows, max_evals=args.max_evals, seed=args.seed, progress=True)
+              windows=args.windows, max_evals=args.max_evals, seed=args.seed, progress=True, names=args.free)
     res["run"]["sweep"] = run
     save_params(res, args.out)
     print(json.dumps({"out": args.out, "params": res["params"], "overall": res["fit"]["overall"]}, indent=2))

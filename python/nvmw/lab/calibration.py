@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from nvmw.control.controllers import Fixed, OracleFixed
+from nvmw.control.controllers import Fixed, NoControl, OracleFixed
 from nvmw.control.loop import drive
 from nvmw.control.sla import SLASpec
 from nvmw.rl.envs import ControlEnv
@@ -54,6 +54,41 @@ def sweep_env(env: ControlEnv, *, phases: Sequence[int] = DEFAULT_PHASES, grid: 
                 remaining -= n
             if bar is not None:
                 bar.update(1)
+    if bar is not None:
+        bar.close()
+    return rows
+
+
+def no_control_windows(env: ControlEnv, *, phases: Sequence[int] = DEFAULT_PHASES, windows: int = 40,
+                       settle_windows: int = 1, seed: int = 0, progress: bool = False) -> list[dict]:
+    """The no-control baseline of every phase: `windows` windows (after `settle_windows`
+    discarded) of an env built with control=False, reset with seed `seed + phase` as
+    `sweep_env` does. Rows as `sweep_env`'s, with 0 interactive and 0 batch threads: what
+    `nvmw sim fit` and `nvmw sim check` read as a no-control run."""
+    if env.control:
+        raise ValueError("no_control_windows needs an env built with control=False")
+    rows: list[dict] = []
+    bar = tqdm(total=len(phases), desc="no-control", unit="phase") if progress else None
+    for ph in phases:
+        obs, info = env.reset(seed=seed + ph, options={"phase": int(ph)})
+        seen = [0]
+
+        def record(_o, _a, _r, _no, _term, _trunc, info, ph=ph, seen=seen):
+            seen[0] += 1
+            if seen[0] <= settle_windows:
+                return
+            stats = info.get("stats") or {}
+            rows.append({"phase": int(ph), "interactive_threads": 0, "batch_threads": 0,
+                         "p99_us": info["p99_us"], "throughput": info["throughput"],
+                         "p99_all_us": float(stats["all"]["p99_us"]) if stats else float("nan"),
+                         "offered_ops_per_s": info["offered_ops_per_s"]})
+
+        remaining = settle_windows + windows
+        while remaining > 0:
+            obs, info, n, _ended = drive(env, NoControl(), remaining, obs, info, on_step=record)
+            remaining -= n
+        if bar is not None:
+            bar.update(1)
     if bar is not None:
         bar.close()
     return rows

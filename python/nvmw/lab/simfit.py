@@ -109,21 +109,30 @@ FIT_START = {"background": 0.05, "client_cpu_us": 10.0, "wake_cpu_us": 20.0, "op
              "copy_bytes_per_ns": 5.0, "jitter": 1.0, "quantum_us": 100.0}
 
 _BOUNDS = {"background": (0.0, 0.9), "client_cpu_us": (0.1, 500.0), "wake_cpu_us": (0.1, 500.0),
-           "op_cpu_us": (0.05, 200.0), "copy_bytes_per_ns": (0.2, 50.0), "jitter": (0.0, 2.0), "quantum_us": (1.0, 20000.0)}
+           "op_cpu_us": (0.05, 200.0), "copy_bytes_per_ns": (0.2, 50.0), "jitter": (0.0, 2.0), "quantum_us": (1.0, 20000.0),
+           "spin_us": (0.1, 1000.0)}
+#: Parameters `fit` may move: FIT_NAMES and spin_us (the middleware's spin setting, fitted
+#: only on request: its effective value on a loaded VM need not be the configured one).
+FITTABLE = (*FIT_NAMES, "spin_us")
 
 
 def fit(rows: Sequence[Mapping[str, Any]], *, window_s: float, device: str = "optane-1dimm", cores: float = 2.0,
         start: Optional[Mapping] = None, windows: int = 4, max_evals: int = 120, seed: int = 0,
-        progress: bool = False) -> dict:
+        progress: bool = False, names: Sequence[str] = FIT_NAMES) -> dict:
     """Fit the simulator's free parameters to a real sweep (rows as written by
     `nvmw calibrate --sweep-out`): Nelder-Mead on the mean squared log error of each
-    configuration's median p99 and throughput. Returns {"params", "fit", "run"}."""
+    configuration's median p99 and throughput. `names`: the parameters moved (default
+    FIT_NAMES; any of FITTABLE), the others stay at `start`'s values.
+    Returns {"params", "fit", "run"}."""
+    names = tuple(names)
+    bad = sorted(set(names) - set(FITTABLE))
+    if bad or not names:
+        raise ValueError(f"cannot fit {bad or 'nothing'}; fittable: {list(FITTABLE)}")
     real = per_config(rows)
     if not real:
         raise ValueError("empty sweep")
     base = load_params(start if start is not None else FIT_START)
     base["cores"] = float(cores)
-    names = FIT_NAMES
     # Search in a transformed space: logs of positive costs, raw fractions.
     def to_x(p):
         # Start inside the bounds (a quantum of 0, processor sharing, starts at 1 us).
@@ -170,7 +179,7 @@ def fit(rows: Sequence[Mapping[str, Any]], *, window_s: float, device: str = "op
     report["fit_seconds"] = round(time.perf_counter() - t0, 1)
     return {"params": {k: round(float(v), 6) for k, v in params.items()}, "fit": report,
             "run": {"device": device, "window_s": window_s, "windows_per_config": windows, "cores": cores,
-                    "real_configs": len(real)}}
+                    "real_configs": len(real), "fitted": list(names)}}
 
 
 def plot_check(real: Mapping, sim: Mapping, path: str, title: str = "") -> None:
@@ -213,4 +222,4 @@ def plot_check(real: Mapping, sim: Mapping, path: str, title: str = "") -> None:
     plt.close(fig)
 
 
-__all__ = ["fit", "compare", "simulate_sweep", "per_config", "plot_check", "FIT_START"]
+__all__ = ["fit", "compare", "simulate_sweep", "per_config", "plot_check", "FIT_START", "FITTABLE"]

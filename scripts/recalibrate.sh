@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Remakes everything the RL commands ship for the emulated optane-1dimm device, from a
+# sweep of this machine's real middleware (docs/rl.md, docs/sim.md), in order:
+#   a. sweep: every (interactive, batch) pair of the grid in every default phase, fixed, at
+#      0.1 s windows, then no-control windows of every phase (nvmw calibrate);
+#   b. SLA spec and oracle table from the sweep (rule attain);
+#   c. simulator fit (caller-runs execution, spin_us fitted too) and its check against the
+#      sweep, before (the previous fit) and after, with the check figure;
+#   d. the agent (scripts/train-agent.sh on the new fit and SLA), then a short simulated
+#      evaluation of the line-up as a sanity check.
+#   scripts/recalibrate.sh [--force] [--dry-run]
+# Each step keeps its output in the work directory (build/recalibrate, or
+# build/recalibrate-dry) and is skipped when that output exists, so an interrupted run
+# resumes; --force redoes every step. Results are copied to their shipped places
+# (bench/, python/nvmw/data/{sla,sim,agents}/, docs/sim-check.png) after each step.
+# --dry-run: a tiny version of every step (2 grid values, 1 window, a few episodes) whose
+# results stay in build/recalibrate-dry.
+# Knobs (environment): GRID ("1 2 4 8 16 32"), WINDOWS (6), NC_WINDOWS (30), FIT_EVALS (200),
+# FIT_WINDOWS (8), SEED (3), and train-agent.sh's NVMW_* variables.
+# Needs the package installed (scripts/setup.sh) or NVMW_DEV_CORE_DIR/PYTHONPATH set.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+force=0 dry=0
+for a in "$@"; do
+  case "$a" in
+    --force) force=1 ;;
+    --dry-run) dry=1 ;;
+    *) echo "usage: scripts/recalibrate.sh [--force] [--dry-run]" >&2; exit 2 ;;
+  esac
+done
+dev=optane-1dimm
+if (( dry )); then
+  work=build/recalibrate-dry
+  : "${GRID:=1 8}" "${WINDOWS:=1}" "${NC_WINDOWS:=2}" "${FIT_EVALS:=4}" "${FIT_WINDOWS:=2}"
+  export NVMW_COLLECT_EPISODES=${NVMW_COLLECT_EPISODES:-2} NVMW_TRAIN_EPISODES=${NVMW_TRAIN_EPISODES:-1}
+  export NVMW_TUNE_CV=${NVMW_TUNE_CV:-2} NVMW_FQI_ITERATIONS=${NVMW_FQI_ITERATIONS:-1}
+  sweep=$work/results-calibration-sweep.json nc=$work/results-nocontrol-windows.json
+  sla=$work/calibrated-$dev.toml oracle=$work/oracle-$dev.json sim=$work/sim-$dev.json
+  check_png=$work/sim-check.png agents=$work/agents start=$work/sim-fit-start.json
+  eval_steps=60 eval_switch=10
+else
+  work=build/recalibrate
+  sweep=bench/results-calibration-sweep.json nc=bench/results-nocontrol-windows.json
+  sla=python/nvmw/data/sla/calibrated-$dev.toml oracle=python/nvmw/data/sla/oracle-$dev.json
+  sim=python/nvmw/data/sim/$dev.json check_png=docs/sim-check.png agents=python/nvmw/data/agents
+  start=bench/sim-fit-start.json eval_steps=1200 eval_switch=200
+fi
+: "${GRID:=1 2 4 8 16 32}" "${WINDOWS:=6}" "${NC_WINDOWS:=30}" "${FIT_EVALS:=200}" "${FIT_WINDOWS:=8}" "${SEED:=3}"
+mkdir -p "$work" "$agents"
+if (( force )); then
+  rm -f "$work"/sweep.json "$work"/nocontrol.json "$work"/cal.toml "$work"/cal.oracle.json "$work"/sla.toml \
+    "$work"/oracle.json "$work"/sim-fit.json "$work"/check-before.json "$work"/check-after.json
+  rm -rf "$work"/train "$work"/sim-eval
+fi
+step() { echo "== $(date -u +%H:%M:%S) (load $(cut -d' ' -f1-3 /proc/loadavg)) $*" >&2; }
+nvmw() { python3 -m nvmw "$@"; }
+# shellcheck disable=SC2206
+grid=($GRID)
+
+# a. The sweep of the real middleware, then the no-control windows.
+if [[ ! -s "$work/sweep.json" ]]; then
+  step "a. sweep: grid ${grid[*]}, $WINDOWS windows per configuration, $NC_WINDOWS no-control windows per phase"
+  nvmw calibrate --env real --device "$dev" --window 0.1 --windows "$WINDOWS" --grid "${grid[@]}" --seed "$SEED" \
+    --no-control-windows "$NC_WINDOWS" --no-control-out "$work/nocontrol.tmp.json" \
+    --out "$work/cal.toml" --sweep-out "$work/sweep.tmp.json"
+  mv "$work/nocontrol.tmp.json" "$work/nocontrol.json"
+  mv "$work/sweep.tmp.json" "$work/sweep.json"
+else step "a. sweep: $work/sweep.json exists, skipped"; fi
+cp "$work/sweep.json" "$sweep"
+cp "$work/nocontrol.json" "$nc"
+
+# b. SLA spec and oracle table (rule attain) from the sweep.
+if [[ ! -s "$work/sla.toml" ]]; then
+  step "b. SLA and oracle"
+  nvmw calibrate --env real --device "$dev" --window 0.1 --windows "$WINDOWS" --grid "${grid[@]}" \
+    --from-sweep "$sweep" --rule attain --out "$work/sla.tmp.toml" --oracle-out "$work/oracle.json"
+  mv "$work/sla.tmp.toml" "$work/sla.toml"
+else step "b. SLA: $work/sla.toml exists, skipped"; fi
+cp "$work/sla.toml" "$sla"
+cp "$work/oracle.json" "$oracle"
+
+# c. The simulator: the previous fit checked against the new sweep (before), the fit, the
+# check (after) with its figure. The previous fit is kept in the work directory (--force
+# keeps it too), so that "before" stays the fit this script started from.
+[[ -s "$work/sim-before.json" ]] || cp "python/nvmw/data/sim/$dev.json" "$work/sim-before.json"
+if [[ ! -s "$work/sim-fit.json" ]]; then
+  step "c. sim check of the previous fit (before)"
+  nvmw sim check "$sweep" "$nc" --params "$work/sim-before.json" --windows "$FIT_WINDOWS" > "$work/check-before.json"
+  # Start from the previous fit's costs, with the middleware's own spin setting (spin_ns 20,000).
+  python3 - "$work/sim-before.json" "$start" <<'EOF'
+import json, sys
+from nvmw.rl.sim import load_params
+p = load_params(sys.argv[1])
+p["spin_us"] = 20.0
+with open(sys.argv[2], "w") as fh:
+    json.dump({"params": p, "notes": "Start of the simulator fit (scripts/recalibrate.sh): the previous fit's "
+               "parameters with spin_us at the middleware's default spin_ns (20 us). See docs/sim.md."}, fh, indent=2)
+    fh.write("\n")
+EOF
+  step "c. sim fit: $FIT_EVALS evaluations, $FIT_WINDOWS windows per configuration"
+  nvmw sim fit "$sweep" "$nc" --start "$start" --max-evals "$FIT_EVALS" --windows "$FIT_WINDOWS" \
+    --free background client_cpu_us wake_cpu_us op_cpu_us copy_bytes_per_ns jitter quantum_us spin_us \
+    --out "$work/sim-fit.tmp.json"
+  mv "$work/sim-fit.tmp.json" "$work/sim-fit.json"
+else step "c. sim fit: $work/sim-fit.json exists, skipped"; fi
+cp "$work/sim-fit.json" "$sim"
+if [[ ! -s "$work/check-after.json" ]]; then
+  step "c. sim check of the new fit (after)"
+  nvmw sim check "$sweep" "$nc" --params "$sim" --windows "$FIT_WINDOWS" --plot "$check_png" \
+    > "$work/check-after.tmp.json"
+  mv "$work/check-after.tmp.json" "$work/check-after.json"
+fi
+python3 - "$work/check-before.json" "$work/check-after.json" <<'EOF'
+import json, sys
+rows = []
+for label, path in (("before", sys.argv[1]), ("after", sys.argv[2])):
+    try:
+        rep = json.load(open(path))
+    except (OSError, ValueError):
+        continue
+    for ph, r in sorted(rep["per_phase"].items(), key=lambda kv: int(kv[0])) + [("all", rep["overall"])]:
+        rows.append(f"{label:6} phase {ph:>3}: Spearman p99 {r['spearman_p99']:5.2f}  median p99 error "
+                    f"{r['p99_median_abs_rel_error']:6.1%}  q90 p99 error {r['p99_q90_median_abs_rel_error']:6.1%}  "
+                    f"throughput error {r['throughput_median_abs_rel_error']:5.1%}  best real/sim "
+                    f"{r['real_best']}/{r['sim_best']}")
+print("\n".join(rows))
+EOF
+
+# d. The agent on the new simulator fit and SLA, then a simulated evaluation.
+if [[ ! -s "$work/train/qlearning-$dev.joblib" ]]; then
+  step "d. train-agent.sh"
+  NVMW_TRAIN_WORK="$work/train" NVMW_TRAIN_SLA="$sla" NVMW_TRAIN_SIM_PARAMS="$sim" scripts/train-agent.sh "$agents"
+else
+  step "d. agent: $work/train/qlearning-$dev.joblib exists, skipped"
+  cp "$work/train/qlearning-$dev.joblib" "$work/train/qlearning-$dev.tuned.json" "$agents/"
+fi
+if [[ ! -s "$work/sim-eval/eval.json" ]]; then
+  step "d. simulated evaluation: $eval_steps steps"
+  nvmw evaluate --env sim --sim-params "$sim" --sla "$sla" --window 0.1 --steps "$eval_steps" \
+    --switch-every "$eval_switch" --seed 0 --agent "$agents/qlearning-$dev.joblib" --oracle "$oracle" \
+    --out "$work/sim-eval" > /dev/null
+fi
+python3 - "$work/sim-eval/eval.json" <<'EOF'
+import json, sys
+for name, s in json.load(open(sys.argv[1])).items():
+    print(f"sim eval {name:14} both SLAs {s['sla_both_met']:.3f}  latency {s['sla_latency_met']:.3f}  "
+          f"throughput {s['sla_throughput_met']:.3f}  median reward {s['reward']['median']:10.1f}")
+EOF
+step "done: $sweep $nc $sla $oracle $sim $check_png $agents/qlearning-$dev.joblib"

@@ -1,0 +1,52 @@
+"""The recalibration pipeline's pieces (scripts/recalibrate.sh): no-control windows next
+to the calibration sweep, and fitting a chosen set of simulator parameters (spin_us too)."""
+import json
+
+import pytest
+
+from nvmw.cli import main
+from nvmw.lab.calibration import load_sweep, no_control_windows
+from nvmw.lab.simfit import FITTABLE, fit
+from nvmw.rl.envs import SyntheticEnv
+from nvmw.rl.sim import FIT_NAMES, default_params
+from nvmw.workloads.phases import DEFAULT_PHASES
+
+
+def test_calibrate_writes_no_control_windows_apart_from_the_sweep(tmp_path, capsys):
+    assert main(["calibrate", "--env", "synthetic", "--grid", "2", "8", "--windows", "2", "--no-control-windows", "3",
+                 "--no-control-out", str(tmp_path / "nc.json"), "--sweep-out", str(tmp_path / "sweep.json"),
+                 "--out", str(tmp_path / "spec.toml")]) == 0
+    capsys.readouterr()
+    nc, run = load_sweep(tmp_path / "nc.json")
+    assert run["control"] is False and run["windows_per_phase"] == 3 and "--no-control-windows 3" in run["command"]
+    assert sorted({r["phase"] for r in nc}) == list(DEFAULT_PHASES) and len(nc) == 3 * len(DEFAULT_PHASES)
+    assert all(r["interactive_threads"] == 0 and r["batch_threads"] == 0 and r["throughput"] > 0 for r in nc)
+    # The sweep itself (and so the SLA and the oracle) holds only the fixed configurations.
+    rows, header = load_sweep(tmp_path / "sweep.json")
+    assert {(r["interactive_threads"], r["batch_threads"]) for r in rows} == {(2, 2), (2, 8), (8, 2), (8, 8)}
+    assert "load_average" in header and header["command"].startswith("nvmw calibrate")
+    with open(tmp_path / "spec.oracle.json") as fh:
+        assert all(c != [0, 0] for c in json.load(fh)["table"].values())
+    assert main(["calibrate", "--env", "synthetic", "--no-control-windows", "3",
+                 "--out", str(tmp_path / "x.toml")]) == 2
+
+
+def test_no_control_windows_needs_a_no_control_env():
+    with pytest.raises(ValueError, match="control=False"):
+        no_control_windows(SyntheticEnv(window_s=0.1), phases=(1,), windows=1)
+    rows = no_control_windows(SyntheticEnv(window_s=0.1, control=False, max_episode_steps=10**9), phases=(2, 3),
+                              windows=4, settle_windows=2)
+    assert [r["phase"] for r in rows] == [2] * 4 + [3] * 4
+
+
+def test_fit_moves_only_the_named_parameters():
+    rows = [{"phase": 3, "interactive_threads": i, "batch_threads": 1, "p99_us": p99, "throughput": 8000.0}
+            for i, p99 in ((1, 900.0), (4, 150.0)) for _ in range(3)]
+    start = dict(default_params(), spin_us=20.0)
+    res = fit(rows, window_s=0.1, start=start, windows=2, max_evals=8, names=("wake_cpu_us", "spin_us"))
+    assert res["run"]["fitted"] == ["wake_cpu_us", "spin_us"]
+    moved = {k for k in start if res["params"][k] != pytest.approx(start[k], rel=1e-5)}
+    assert moved and moved <= {"wake_cpu_us", "spin_us"}
+    assert "spin_us" in FITTABLE and set(FIT_NAMES) < set(FITTABLE)
+    with pytest.raises(ValueError, match="cannot fit"):
+        fit(rows, window_s=0.1, names=("cores",))
