@@ -244,9 +244,9 @@ Status RunOverheadBench(const OverheadBenchOptions& o, std::map<std::string, dou
   double timed_elapsed = 0;
   StatsShard shard;
   s = TimeSeries(o.warmup_ops, o.ops, &timed_lat, &timed_elapsed, [&](uint64_t i) {
-    const int64_t begin_ns = NowNs();
+    const int64_t begin_ns = FastNowNs();
     Status st = db->Get(keys[i % keys.size()], &got);
-    shard.Record(RequestClass::kInteractive, static_cast<uint64_t>(NowNs() - begin_ns),
+    shard.Record(RequestClass::kInteractive, static_cast<uint64_t>(FastNowNs() - begin_ns),
                  got.size(), false, !st.ok());
     return st;
   });
@@ -333,6 +333,8 @@ Status RunOverheadBench(const OverheadBenchOptions& o, std::map<std::string, dou
     r["ratio_p50_pmem_permits_vs_direct"] = r["pmem_permits_p50_us"] / r["pmem_direct_p50_us"];
   }
   r["load1"] = load1;
+  // 1 when request latencies were timed with the TSC (FastNowNs), 0 with steady_clock.
+  r["fast_clock_tsc"] = FastClockUsesTsc() ? 1 : 0;
   r["async_ops_per_s"] = async_ops_per_s;
   const unsigned cores = std::thread::hardware_concurrency();
   r["cores"] = cores;

@@ -231,7 +231,7 @@ Status Middleware::Impl::RunOnCaller(Task* t, std::string* out, Status* result) 
   *result = ExecuteOp(db, t->op, t->key, t->value, out, &bytes);
   // Recorded before the permit goes back, so that once Stop sees every permit returned
   // the final window holds every request.
-  CallerStripe()->Record(t->cls, static_cast<uint64_t>(std::max<int64_t>(0, NowNs() - t->submit_ns)),
+  CallerStripe()->Record(t->cls, static_cast<uint64_t>(std::max<int64_t>(0, FastNowNs() - t->submit_ns)),
                          bytes, t->op != OpType::kGet, IsError(*result));
   ReleasePermit(c, nullptr);
   return Status::OK();
@@ -244,7 +244,7 @@ Status Middleware::Impl::SyncCall(OpType op, std::string_view key, std::string_v
   Status s = Validate(op, value.size(), hint);
   if (!s.ok()) return s;
   Task t;
-  t.submit_ns = NowNs();
+  t.submit_ns = FastNowNs();
   t.op = op;
   t.cls = Resolve(op, value.size(), hint);
   t.key = key;
@@ -269,7 +269,7 @@ Status Middleware::Impl::Submit(Request&& request, Completion&& done) {
   Status s = Validate(request.op, request.value.size(), request.cls);
   if (!s.ok()) return s;
   if (!done) return Status::InvalidArgument("Submit needs a completion callback");
-  const int64_t submit_ns = NowNs();
+  const int64_t submit_ns = FastNowNs();
   const RequestClass cls = Resolve(request.op, request.value.size(), request.cls);
   if (!options.control) {
     // No control: the caller runs it inline, like a sync call.

@@ -50,7 +50,7 @@ void Middleware::Impl::RunTask(Task* t, StatsShard* shard) {
     auto* at = static_cast<AsyncTask*>(t);
     std::string value;
     Status s = ExecuteOp(db, t->op, t->key, t->value, &value, &bytes);
-    shard->Record(t->cls, static_cast<uint64_t>(std::max<int64_t>(0, NowNs() - t->submit_ns)),
+    shard->Record(t->cls, static_cast<uint64_t>(std::max<int64_t>(0, FastNowNs() - t->submit_ns)),
                   bytes, t->op != OpType::kGet, IsError(s));
     if (!s.ok()) value.clear();
     try {
@@ -64,7 +64,7 @@ void Middleware::Impl::RunTask(Task* t, StatsShard* shard) {
     return;
   }
   Status s = ExecuteOp(db, t->op, t->key, t->value, t->get_out, &bytes);
-  shard->Record(t->cls, static_cast<uint64_t>(std::max<int64_t>(0, NowNs() - t->submit_ns)),
+  shard->Record(t->cls, static_cast<uint64_t>(std::max<int64_t>(0, FastNowNs() - t->submit_ns)),
                 bytes, t->op != OpType::kGet, IsError(s));
   CompleteSync(t, std::move(s));
 }
