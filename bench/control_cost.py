@@ -61,11 +61,15 @@ def run_one_phase(phase: int, controller: str, duration: float, window: float, w
 def run_one_interference(duration: float, configs: list, seed: int) -> dict:
     """The 100 + 100 test with several small fixed configurations; "fixed" is the one with
     the lowest interactive p99 in this round."""
-    cfg = InterferenceConfig(duration_s=duration, engine="memory", device=DEVICE,
-                             configs=[(i, b, 0) for i, b in configs], seed=seed)
+    cfg = InterferenceConfig(duration_s=duration, engine="memory", device=DEVICE, configs=list(configs), seed=seed)
     rows = {r["scenario"]: r for r in run_interference(cfg)["rows"]}
-    fixed = {f"I{i}/B{b}": rows[f"co-located, nvmw I{i}/B{b}"] for i, b in configs}
+    fixed = {config_name(c): rows["co-located, nvmw " + config_name(c)] for c in configs}
     return {"none": rows["co-located, no control"], "alone": rows["interactive alone"], "configs": fixed}
+
+
+def config_name(c: tuple) -> str:
+    """I2/B1, or I2/B1 nice19 with a batch nice level (as nvmw.lab.interference names them)."""
+    return f"I{c[0]}/B{c[1]}" + (f" nice{c[2]}" if c[2] else "")
 
 
 def median_of(runs: list[dict]) -> dict:
@@ -83,15 +87,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=float, default=0.5, help="monitor window, s (default %(default)s)")
     p.add_argument("--contended-fixed", default="fixed:2,1", help="small fixed configuration for the "
                    "contended phases (default %(default)s)")
-    p.add_argument("--interference-configs", default="2,1 32,1", help="fixed I,B configurations of the "
-                   "interference test; the best (lowest interactive p99, median over rounds) is reported "
-                   "(default %(default)s)")
+    p.add_argument("--interference-configs", default="2,1 4,1 2,1,19", help="fixed I,B[,batch nice] "
+                   "configurations of the interference test; the best (lowest interactive p99, median over "
+                   "rounds) is reported (default %(default)s)")
     p.add_argument("--out", default=os.path.join(HERE, "results-control-cost.json"))
     args = p.parse_args(argv)
     rounds = args.rounds or (2 if args.quick else 3)
     duration = args.duration or (2.5 if args.quick else 6.0)
     warmup = args.warmup if args.warmup is not None else (1.0 if args.quick else 2.0)
-    iconfigs = [tuple(int(x) for x in c.split(",")) for c in args.interference_configs.split()]
+    iconfigs = [(tuple(int(x) for x in c.split(",")) + (0,))[:3] for c in args.interference_configs.split()]
     if rounds < 2:
         p.error("--rounds must be >= 2 (the medians are over interleaved rounds)")
     oracle = oracle_table()
@@ -100,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     raw: dict = {"low": {ph: {"none": [], "fixed": []} for ph in low_phases},
                  "contended": {ph: {"none": [], "fixed": []} for ph in contended_phases},
-                 "interference": {"none": [], "alone": [], **{f"I{i}/B{b}": [] for i, b in iconfigs}}}
+                 "interference": {"none": [], "alone": [], **{config_name(c): [] for c in iconfigs}}}
     loads = []
     for rnd in range(rounds):
         # Alternate which controller goes first, so drift in machine load hits both alike.
@@ -146,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                               "batch_throughput_ratio_fixed_over_none": ratio(f["batch_ops_per_s"], n["batch_ops_per_s"]),
                               "meets_goal": n["interactive_p99_us"] >= 10 * f["interactive_p99_us"]}
     n, a = (median_of(raw["interference"][k]) for k in ("none", "alone"))
-    per_cfg = {f"I{i}/B{b}": median_of(raw["interference"][f"I{i}/B{b}"]) for i, b in iconfigs}
+    per_cfg = {config_name(c): median_of(raw["interference"][config_name(c)]) for c in iconfigs}
     best = min(per_cfg, key=lambda k: per_cfg[k]["interactive_p99_us"])
     f = per_cfg[best]
     interference = {"fixed": best, "clients": "100 interactive (128 B, 50/50) + 100 batch (800 KB, 50/50), closed loop",
