@@ -15,8 +15,11 @@
 // Thread safety: Start/Stop/Join/Run may be called from any thread but not
 // concurrently with each other, except Stop, which may be called at any time from
 // any thread (also from a signal-free watchdog or while Join waits). Progress
-// getters may be called at any time. Ownership: the Middleware is not owned; it
-// must stay running until Join returns.
+// getters may be called at any time. Ownership: started with a
+// std::shared_ptr<Middleware>, the replay shares the middleware until it is started
+// again or destroyed; started with a raw Middleware*, it does not own it and the
+// middleware must outlive Join. A middleware stopped under a running replay ends it
+// (clients stop at their first Shutdown answer).
 #ifndef NVMW_REPLAY_H_
 #define NVMW_REPLAY_H_
 
@@ -95,12 +98,15 @@ class Replay {
   // started again: the schedule restarts at 0 and the result is reset; the preload
   // is not repeated.
   Status Start(Middleware* mw);
+  // Same, sharing ownership of the middleware (kept until the next Start or ~Replay).
+  Status Start(std::shared_ptr<Middleware> mw);
   // Asks clients to stop issuing; requests in flight complete. Non-blocking.
   void Stop();
   // Waits until every client has finished and stores the result.
   Status Join(ReplayResult* result);
   // Start + Join.
   Status Run(Middleware* mw, ReplayResult* result);
+  Status Run(std::shared_ptr<Middleware> mw, ReplayResult* result);
 
   bool running() const;
   // Records issued / completed since the last Start (approximate while running).

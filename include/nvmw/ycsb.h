@@ -8,8 +8,11 @@
 // insert order), so the hot keys of a zipfian distribution are scattered.
 //
 // Thread safety: one YcsbGenerator is driven from one thread (Load, Start, Stop,
-// Join, Results); Stop() may also be called from any other thread. The target
-// (Middleware or Engine) is not owned and must outlive the generator.
+// Join, Results); Stop() may also be called from any other thread. Ownership: a
+// generator given a std::shared_ptr<Middleware> shares it (the middleware lives as
+// long as the generator); one given a raw Middleware* or Engine* does not own it,
+// and the target must outlive the generator. Once the middleware is stopped, each
+// client ends at its first Shutdown answer (counted as an error).
 #ifndef NVMW_YCSB_H_
 #define NVMW_YCSB_H_
 
@@ -106,6 +109,9 @@ class YcsbGenerator {
  public:
   // Drives a middleware through its synchronous calls (control or no-control mode).
   YcsbGenerator(const YcsbOptions& options, Middleware* middleware);
+  // Same, sharing ownership: the middleware cannot be freed while the generator
+  // (or one of its clients) may still call it.
+  YcsbGenerator(const YcsbOptions& options, std::shared_ptr<Middleware> middleware);
   // Drives an engine directly (no middleware): the client-side reference.
   YcsbGenerator(const YcsbOptions& options, Engine* engine);
   ~YcsbGenerator();  // Stop() and Join()

@@ -25,12 +25,38 @@ struct PyEngine {
   std::shared_ptr<PyEngine> base;
 };
 
-// Python-visible middleware (`_core.Middleware`): owns the Middleware and keeps its
-// engine alive until the middleware has stopped. Workload generators take `mw.get()`.
+// Python-visible middleware (`_core.Middleware`). The C++ Middleware and the engine
+// it runs on live in one shared box: `mw` aliases it, so every holder of a
+// std::shared_ptr<Middleware> (this object, a YcsbGenerator, a Replay, a binding call
+// in progress with the GIL released) keeps both alive. close() only drops this
+// object's reference after stopping; the box is freed with its last holder, and its
+// destructor stops the middleware with the GIL released (completions need the GIL).
+// `mw` and `engine` are only read or written with the GIL held.
 struct PyMiddleware {
-  std::shared_ptr<PyEngine> engine;
-  std::unique_ptr<Middleware> mw;
+  std::shared_ptr<PyEngine> engine;   // null after close
+  std::shared_ptr<Middleware> mw;     // null after close
+  std::weak_ptr<Middleware> closing;  // a second close() waits for the first one's Stop
 };
+
+// The GIL-free section of a binding call into a middleware, a generator or a replay
+// (use instead of nb::gil_scoped_release there). The exit hook waits, with the GIL
+// released, until no thread is inside one, so that every such thread has taken the
+// GIL back before the interpreter starts finalizing: a daemon thread that asks for it
+// later is terminated by CPython, which aborts the process under C++ frames.
+class CallWithoutGil {
+ public:
+  CallWithoutGil();
+  ~CallWithoutGil();
+  CallWithoutGil(const CallWithoutGil&) = delete;
+  CallWithoutGil& operator=(const CallWithoutGil&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
+
+// The middleware of h, shared, for use across a GIL release; raises
+// nvmw.errors.ShutdownError (`what` prefixes the message) once h is closed or stopped.
+std::shared_ptr<Middleware> AcquireMiddleware(PyMiddleware& h, const char* what);
 
 // Window statistics as a dict: seq, start_s, duration_s, and per class
 // ("interactive", "batch", "all") the ClassStats fields of nvmw/stats.h.

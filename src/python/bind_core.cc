@@ -1,6 +1,19 @@
 // Bindings of the core: typed exceptions for Status codes, the engines and the
 // middleware. Blocking calls release the GIL; completions of async requests
 // re-acquire it on the worker thread.
+//
+// Lifetime of a middleware (see PyMiddleware in bind.h):
+//  - every binding call copies the shared middleware pointer before it releases the
+//    GIL, so a concurrent close() cannot free what the call is using;
+//  - close() and the destructor stop the middleware with the GIL released, so that
+//    completions of pending async requests (which take the GIL) can run;
+//  - an atexit hook (registered at import, so it runs after the application's own)
+//    stops every middleware still running before the interpreter starts finalizing:
+//    pending requests complete and their callbacks run while Python is intact, and
+//    no completion can be left to ask for the GIL later. A completion that finds
+//    the interpreter finalizing anyway drops its callback without touching Python:
+//    CPython terminates a thread that asks for the GIL then, which aborts the
+//    process when C++ frames are on its stack.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/pair.h>
@@ -8,8 +21,12 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <variant>
 
@@ -60,10 +77,100 @@ nb::object ErrorFor(const Status& s) {
   return nb::handle(type)(msg);
 }
 
-PyMiddleware& Running(PyMiddleware& self) {
-  if (!self.mw) ThrowIfError(Status::Shutdown("middleware is closed"));
-  return self;
+// False once the interpreter is finalizing (or gone): Python must not be entered
+// from a thread that does not already hold the GIL.
+bool PythonUsable() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+  return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
 }
+
+// Stop() drains pending async requests, whose completions take the GIL: a thread
+// holding it while it waits would wait forever. While finalizing, the GIL is kept
+// (releasing it would let daemon threads wake up only to be terminated); every
+// middleware was stopped by the exit hook before, so Stop has nothing to wait for.
+void StopReleasingGil(Middleware& mw) {
+  if (PythonUsable() && PyGILState_Check()) {
+    nb::gil_scoped_release release;
+    mw.Stop();
+  } else {
+    mw.Stop();
+  }
+}
+
+// The middleware and the engine it runs on, freed together with the last holder.
+struct MiddlewareBox {
+  MiddlewareBox(std::shared_ptr<PyEngine> e, const MiddlewareOptions& o)
+      : engine(std::move(e)), mw(o) {}
+  ~MiddlewareBox() { StopReleasingGil(mw); }  // before the engine goes (members: reverse order)
+  std::shared_ptr<PyEngine> engine;
+  Middleware mw;
+};
+
+// Middlewares created from Python, for the exit hook. Touched with the GIL held only;
+// never freed (the hook may run while other modules are being torn down).
+std::vector<std::weak_ptr<Middleware>>& LiveMiddlewares() {
+  static auto* live = new std::vector<std::weak_ptr<Middleware>>();
+  return *live;
+}
+bool g_exiting = false;  // set by the exit hook (GIL held): no new middleware after it
+std::atomic<int> g_calls_without_gil{0};  // threads inside a CallWithoutGil
+
+void Register(const std::shared_ptr<Middleware>& mw) {
+  auto& live = LiveMiddlewares();
+  std::erase_if(live, [](const std::weak_ptr<Middleware>& w) { return w.expired(); });
+  live.push_back(mw);
+}
+
+// atexit: stop every live middleware (GIL released while each drains), so that all
+// accepted requests complete, and their callbacks run, before finalization begins.
+// Then wait (bounded) until every thread that was inside a middleware, generator or
+// replay call has taken the GIL back: each such call ends promptly once its
+// middleware is stopped.
+void StopAllAtExit() {
+  g_exiting = true;
+  std::vector<std::weak_ptr<Middleware>> live;
+  live.swap(LiveMiddlewares());
+  for (const auto& w : live) {
+    if (std::shared_ptr<Middleware> mw = w.lock()) StopReleasingGil(*mw);
+  }
+  live.clear();  // GIL held: the last reference may free a box here
+  nb::gil_scoped_release release;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (g_calls_without_gil.load(std::memory_order_acquire) > 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// The completion of an async request from Python: runs on a worker thread (or inline
+// in no-control mode) without the GIL and calls callback(error, value) with it.
+struct PyCompletion {
+  std::shared_ptr<nb::object> callback;  // reset with the GIL held once called
+
+  void operator()(const Status& s, std::string&& v) const {
+    if (!PythonUsable()) {
+      // Finalizing: nobody can observe the callback any more, and asking for the GIL
+      // now would terminate this thread. Leak the reference rather than touch Python.
+      (void)callback->release();
+      return;
+    }
+    const PyGILState_STATE gil = PyGILState_Ensure();
+    try {
+      nb::object value = s.ok() ? nb::object(nb::bytes(v.data(), v.size())) : nb::none();
+      nb::object error = s.ok() ? nb::none() : ErrorFor(s);
+      (*callback)(error, value);
+    } catch (nb::python_error& e) {
+      e.discard_as_unraisable("nvmw completion callback");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "nvmw: completion callback failed: %s\n", e.what());
+    }
+    callback->reset();
+    PyGILState_Release(gil);
+  }
+};
 
 }  // namespace
 
@@ -76,6 +183,21 @@ nb::dict StatsToDict(const WindowStats& w) {
   d["batch"] = ClassToDict(w.batch);
   d["all"] = ClassToDict(w.all);
   return d;
+}
+
+CallWithoutGil::CallWithoutGil() {
+  g_calls_without_gil.fetch_add(1, std::memory_order_acq_rel);
+  state_ = PyEval_SaveThread();
+}
+
+CallWithoutGil::~CallWithoutGil() {
+  PyEval_RestoreThread(state_);
+  g_calls_without_gil.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+std::shared_ptr<Middleware> AcquireMiddleware(PyMiddleware& h, const char* what) {
+  if (!h.mw) ThrowIfError(Status::Shutdown(std::string(what) + ": middleware is closed"));
+  return h.mw;
 }
 
 void ThrowIfError(const Status& status) {
@@ -231,6 +353,9 @@ void BindCore(nb::module_& m) {
       nb::arg("max_value_bytes") = MemoryOptions().max_value_bytes);
 
   // ---- middleware ----
+  nb::module_::import_("atexit").attr("register")(
+      nb::cpp_function(&StopAllAtExit, nb::name("_stop_all_middlewares")));
+
   nb::class_<PyMiddleware>(m, "Middleware", "The concurrency-control middleware over an engine.")
       .def(
           "__init__",
@@ -241,6 +366,7 @@ void BindCore(nb::module_& m) {
              const std::string& execution) {
             if (!engine || !engine->engine)
               ThrowIfError(Status::InvalidArgument("engine is closed or missing"));
+            if (g_exiting) ThrowIfError(Status::Shutdown("the interpreter is exiting"));
             MiddlewareOptions o;
             if (execution == "caller-runs") {
               o.execution = Execution::kCallerRuns;
@@ -259,10 +385,12 @@ void BindCore(nb::module_& m) {
             o.max_value_bytes = max_value_bytes;
             o.spin_ns = spin_ns;
             o.batch_nice = batch_nice;
-            auto mw = std::make_unique<Middleware>(o);
-            Status s = mw->Start(engine->engine.get(), interactive_threads, batch_threads);
+            auto box = std::make_shared<MiddlewareBox>(engine, o);
+            Status s = box->mw.Start(engine->engine.get(), interactive_threads, batch_threads);
             ThrowIfError(s);
-            new (self) PyMiddleware{std::move(engine), std::move(mw)};
+            std::shared_ptr<Middleware> mw(box, &box->mw);  // shares the box's ownership
+            Register(mw);
+            new (self) PyMiddleware{std::move(engine), std::move(mw), {}};
           },
           nb::arg("engine"), nb::arg("interactive_threads") = 1, nb::arg("batch_threads") = 1,
           nb::arg("max_threads") = MiddlewareOptions().max_threads,
@@ -277,27 +405,34 @@ void BindCore(nb::module_& m) {
           nb::arg("execution") = "caller-runs")
       .def("stop",
            [](PyMiddleware& self) {
-             if (!self.mw) return;
+             // Later calls see no middleware (ShutdownError) at once; calls already in
+             // flight hold their own reference and end with a result or ShutdownError.
+             std::shared_ptr<Middleware> mw = std::move(self.mw);
+             self.engine.reset();
+             if (!mw) mw = self.closing.lock();  // closed already: wait for that Stop too
+             if (!mw) return;
+             self.closing = mw;
              Status s;
              {
-               nb::gil_scoped_release release;
-               s = self.mw->Stop();
+               CallWithoutGil release;  // completions of pending requests need the GIL
+               s = mw->Stop();
              }
-             self.mw.reset();
-             self.engine.reset();
              ThrowIfError(s);
-           })
+           },
+           "Stop accepting, finish every accepted request (their callbacks run), stop the\n"
+           "pools and drop this object's reference. Idempotent; later calls raise ShutdownError.\n"
+           "Generators and replays still holding the middleware keep its memory, not its service.")
       .def_prop_ro("running", [](PyMiddleware& self) { return self.mw && self.mw->running(); })
       .def_prop_ro("engine", [](PyMiddleware& self) { return self.engine; })
       .def(
           "get",
           [](PyMiddleware& self, nb::bytes key, int cls) -> nb::object {
-            Running(self);
+            std::shared_ptr<Middleware> mw = AcquireMiddleware(self, "get");
             std::string value;
             Status s;
             {
-              nb::gil_scoped_release release;
-              s = self.mw->Get(View(key), &value, ToClass(cls));
+              CallWithoutGil release;
+              s = mw->Get(View(key), &value, ToClass(cls));
             }
             if (s.IsNotFound()) return nb::none();
             ThrowIfError(s);
@@ -307,11 +442,11 @@ void BindCore(nb::module_& m) {
       .def(
           "put",
           [](PyMiddleware& self, nb::bytes key, nb::bytes value, int cls) {
-            Running(self);
+            std::shared_ptr<Middleware> mw = AcquireMiddleware(self, "put");
             Status s;
             {
-              nb::gil_scoped_release release;
-              s = self.mw->Put(View(key), View(value), ToClass(cls));
+              CallWithoutGil release;
+              s = mw->Put(View(key), View(value), ToClass(cls));
             }
             ThrowIfError(s);
           },
@@ -319,11 +454,11 @@ void BindCore(nb::module_& m) {
       .def(
           "remove",
           [](PyMiddleware& self, nb::bytes key, int cls) {
-            Running(self);
+            std::shared_ptr<Middleware> mw = AcquireMiddleware(self, "remove");
             Status s;
             {
-              nb::gil_scoped_release release;
-              s = self.mw->Remove(View(key), ToClass(cls));
+              CallWithoutGil release;
+              s = mw->Remove(View(key), ToClass(cls));
             }
             if (s.IsNotFound()) return false;
             ThrowIfError(s);
@@ -334,79 +469,81 @@ void BindCore(nb::module_& m) {
           "submit",
           [](PyMiddleware& self, int op, nb::bytes key, nb::bytes value, int cls,
              nb::callable callback) {
-            Running(self);
+            std::shared_ptr<Middleware> mw = AcquireMiddleware(self, "submit");
             if (op < 0 || op > 2) ThrowIfError(Status::InvalidArgument("op must be 0 (get), 1 (put) or 2 (remove)"));
             Request r;
             r.op = static_cast<OpType>(op);
             r.key.assign(key.c_str(), key.size());
             r.value.assign(value.c_str(), value.size());
             r.cls = ToClass(cls);
-            // The callable is released with the GIL held (it is a Python object).
+            // This frame's reference outlives Submit, so a refused request's completion
+            // (destroyed inside Submit, without the GIL) never drops the last one.
             auto cb = std::make_shared<nb::object>(callback);
-            Completion done = [cb](const Status& s, std::string&& v) {
-              nb::gil_scoped_acquire acquire;
-              nb::object value = s.ok() ? nb::object(nb::bytes(v.data(), v.size())) : nb::none();
-              nb::object error = s.ok() ? nb::none() : ErrorFor(s);
-              try {
-                (*cb)(error, value);
-              } catch (nb::python_error& e) {
-                e.discard_as_unraisable("nvmw completion callback");
-              }
-              cb->reset();
-            };
             Status s;
             {
-              nb::gil_scoped_release release;
-              s = self.mw->Submit(std::move(r), std::move(done));
+              CallWithoutGil release;
+              s = mw->Submit(std::move(r), PyCompletion{cb});
             }
             ThrowIfError(s);
           },
           nb::arg("op"), nb::arg("key"), nb::arg("value"), nb::arg("cls"), nb::arg("callback"),
           "Async request; callback(error, value) runs on a worker thread (error is None or\n"
-          "an nvmw.errors instance).")
-      .def("get_stats", [](PyMiddleware& self) { return StatsToDict(Running(self).mw->GetStats()); })
+          "an nvmw.errors instance). Every accepted request completes, also when the\n"
+          "middleware is closed, collected or the interpreter exits; ShutdownError once closed.")
+      .def("get_stats",
+           [](PyMiddleware& self) { return StatsToDict(AcquireMiddleware(self, "get_stats")->GetStats()); })
       .def("get_state",
            [](PyMiddleware& self) {
-             State st = Running(self).mw->GetState();
+             State st = AcquireMiddleware(self, "get_state")->GetState();
              return std::vector<double>(st.begin(), st.end());
            })
       .def(
           "wait_for_window",
           [](PyMiddleware& self, uint64_t after_seq, double timeout_s) {
-            Running(self);
+            std::shared_ptr<Middleware> mw = AcquireMiddleware(self, "wait_for_window");
             WindowStats w;
             Status s;
             {
-              nb::gil_scoped_release release;
-              s = self.mw->WaitForWindow(after_seq, timeout_s, &w);
+              CallWithoutGil release;
+              s = mw->WaitForWindow(after_seq, timeout_s, &w);
             }
             ThrowIfError(s);
             return StatsToDict(w);
           },
           nb::arg("after_seq"), nb::arg("timeout_s") = 60.0)
       .def("perform_action",
-           [](PyMiddleware& self, int action) { ThrowIfError(Running(self).mw->PerformAction(action)); })
-      .def("set_threads",
-           [](PyMiddleware& self, int interactive, int batch) {
-             Running(self);
+           [](PyMiddleware& self, int action) {
+             std::shared_ptr<Middleware> mw = AcquireMiddleware(self, "perform_action");
              Status s;
              {
-               nb::gil_scoped_release release;
-               s = self.mw->SetThreads(interactive, batch);
+               CallWithoutGil release;  // resizing may join a retiring worker
+               s = mw->PerformAction(action);
+             }
+             ThrowIfError(s);
+           })
+      .def("set_threads",
+           [](PyMiddleware& self, int interactive, int batch) {
+             std::shared_ptr<Middleware> mw = AcquireMiddleware(self, "set_threads");
+             Status s;
+             {
+               CallWithoutGil release;
+               s = mw->SetThreads(interactive, batch);
              }
              ThrowIfError(s);
            })
       .def_prop_ro("threads",
                    [](PyMiddleware& self) {
                      int i = 0, b = 0;
-                     Running(self).mw->GetThreads(&i, &b);
+                     AcquireMiddleware(self, "threads")->GetThreads(&i, &b);
                      return std::make_pair(i, b);
                    })
       .def("queue_length",
-           [](PyMiddleware& self, int cls) { return Running(self).mw->QueueLength(ToClass(cls)); })
+           [](PyMiddleware& self, int cls) {
+             return AcquireMiddleware(self, "queue_length")->QueueLength(ToClass(cls));
+           })
       .def("classify", [](PyMiddleware& self, int op, size_t value_bytes, int hint) {
-        return static_cast<int>(
-            Running(self).mw->Classify(static_cast<OpType>(op), value_bytes, ToClass(hint)));
+        return static_cast<int>(AcquireMiddleware(self, "classify")
+                                    ->Classify(static_cast<OpType>(op), value_bytes, ToClass(hint)));
       });
 }
 

@@ -190,9 +190,11 @@ nb::dict ResultToDict(const ReplayResult& r) {
   return d;
 }
 
-Middleware* RunningMiddleware(PyMiddleware& h) {
+// The replay shares the middleware: closing it ends the replay (clients stop at
+// their first Shutdown answer) but never frees what a client thread is calling.
+std::shared_ptr<Middleware> RunningMiddleware(PyMiddleware& h) {
   if (!h.mw || !h.mw->running()) ThrowIfError(Status::Shutdown("replay: middleware is not running"));
-  return h.mw.get();
+  return h.mw;
 }
 
 using RecordTuple = std::tuple<int64_t, std::string, std::string, uint64_t>;
@@ -349,15 +351,15 @@ void BindTrace(nb::module_& m) {
       .def(
           "start",
           [](Replay& r, PyMiddleware& h) {
-            Middleware* mw = RunningMiddleware(h);
+            std::shared_ptr<Middleware> mw = RunningMiddleware(h);
             Status s;
             {
-              nb::gil_scoped_release release;
-              s = r.Start(mw);
+              CallWithoutGil release;
+              s = r.Start(std::move(mw));
             }
             ThrowIfError(s);
           },
-          nb::arg("middleware"), nb::keep_alive<1, 2>(),
+          nb::arg("middleware"),
           "Preload (first time) and start the clients in the background.")
       .def("stop", [](Replay& r) { r.Stop(); }, "Ask the clients to stop issuing (non-blocking).")
       .def(
@@ -366,7 +368,7 @@ void BindTrace(nb::module_& m) {
             ReplayResult res;
             Status s;
             {
-              nb::gil_scoped_release release;
+              CallWithoutGil release;
               s = r.Join(&res);
             }
             ThrowIfError(s);
@@ -376,17 +378,17 @@ void BindTrace(nb::module_& m) {
       .def(
           "run",
           [](Replay& r, PyMiddleware& h) {
-            Middleware* mw = RunningMiddleware(h);
+            std::shared_ptr<Middleware> mw = RunningMiddleware(h);
             ReplayResult res;
             Status s;
             {
-              nb::gil_scoped_release release;
-              s = r.Run(mw, &res);
+              CallWithoutGil release;
+              s = r.Run(std::move(mw), &res);
             }
             ThrowIfError(s);
             return ResultToDict(res);
           },
-          nb::arg("middleware"), nb::keep_alive<1, 2>())
+          nb::arg("middleware"))
       .def_prop_ro("running", &Replay::running)
       .def_prop_ro("issued", &Replay::issued)
       .def_prop_ro("completed", &Replay::completed)

@@ -3,6 +3,7 @@
 // keys are the YcsbOptions field names; every blocking call releases the GIL.
 #include <nanobind/stl/string.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -93,9 +94,11 @@ nb::dict ResultsToDict(const YcsbResults& r) {
   return d;
 }
 
-Middleware* RunningMiddleware(PyMiddleware& h) {
+// The generator shares the middleware: closing it ends the run (clients stop at
+// their first ShutdownError) but never frees what a client thread is calling.
+std::shared_ptr<Middleware> RunningMiddleware(PyMiddleware& h) {
   if (!h.mw || !h.mw->running()) ThrowIfError(Status::Shutdown("ycsb: middleware is not running"));
-  return h.mw.get();
+  return h.mw;
 }
 
 nb::dict JoinedResults(YcsbGenerator& g) {
@@ -116,13 +119,13 @@ void BindYcsb(nb::module_& m) {
             YcsbOptions o = OptionsFromDict(options);
             new (self) YcsbGenerator(o, RunningMiddleware(h));
           },
-          nb::arg("middleware"), nb::arg("options"), nb::keep_alive<1, 2>())
+          nb::arg("middleware"), nb::arg("options"))
       .def(
           "load",
           [](YcsbGenerator& g) {
             Status s;
             {
-              nb::gil_scoped_release release;
+              CallWithoutGil release;
               s = g.Load();
             }
             ThrowIfError(s);
@@ -134,7 +137,7 @@ void BindYcsb(nb::module_& m) {
           [](YcsbGenerator& g) {
             Status s;
             {
-              nb::gil_scoped_release release;
+              CallWithoutGil release;
               s = g.Start();
             }
             ThrowIfError(s);
@@ -145,7 +148,7 @@ void BindYcsb(nb::module_& m) {
           "join",
           [](YcsbGenerator& g) {
             {
-              nb::gil_scoped_release release;
+              CallWithoutGil release;
               g.Join();
             }
             return JoinedResults(g);
@@ -156,7 +159,7 @@ void BindYcsb(nb::module_& m) {
           [](YcsbGenerator& g) {
             Status s;
             {
-              nb::gil_scoped_release release;
+              CallWithoutGil release;
               s = g.Start();
               if (s.ok()) g.Join();
             }

@@ -65,6 +65,7 @@ struct Replay::Impl {
   std::mutex mu;                // serialises Start/Join
   std::vector<std::thread> clients;
   std::vector<ClientStats> stats;
+  std::shared_ptr<Middleware> owner;  // set by Start(shared_ptr); kept until the next Start
   Middleware* mw = nullptr;
   int64_t start_ns = 0;
   std::atomic<uint64_t> cursor{0};
@@ -249,6 +250,16 @@ Replay::~Replay() {
   Join(&ignored);
 }
 
+Status Replay::Start(std::shared_ptr<Middleware> mw) {
+  // The caller's reference keeps the middleware alive until it is handed over.
+  Status s = Start(mw.get());
+  if (s.ok()) {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    impl_->owner = std::move(mw);
+  }
+  return s;
+}
+
 Status Replay::Start(Middleware* mw) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> l(m.mu);
@@ -256,6 +267,7 @@ Status Replay::Start(Middleware* mw) {
   if (mw == nullptr) return Status::InvalidArgument("replay: null middleware");
   Status s = m.Check();
   if (!s.ok()) return s;
+  m.owner.reset();  // a raw pointer is not owned
   m.mw = mw;
   m.stop.store(false);
   if (m.options.preload && !m.preloaded) {
@@ -343,6 +355,12 @@ Status Replay::Join(ReplayResult* result) {
 
 Status Replay::Run(Middleware* mw, ReplayResult* result) {
   Status s = Start(mw);
+  if (!s.ok()) return s;
+  return Join(result);
+}
+
+Status Replay::Run(std::shared_ptr<Middleware> mw, ReplayResult* result) {
+  Status s = Start(std::move(mw));
   if (!s.ok()) return s;
   return Join(result);
 }

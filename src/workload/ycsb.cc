@@ -107,6 +107,7 @@ void FillOpStats(const Histogram& h, uint64_t errors, double elapsed_s, YcsbOpSt
 
 struct YcsbGenerator::Impl {
   YcsbOptions opt;
+  std::shared_ptr<Middleware> owner;  // set when the generator shares the middleware
   Middleware* mw = nullptr;
   Engine* db = nullptr;
 
@@ -202,6 +203,9 @@ void YcsbGenerator::Impl::Client(int t) {
     } else if (!s.ok()) {
       ++st.errors[kind];
       if (st.first_error.empty()) st.first_error = s.ToString();
+      // A stopped middleware answers every later call the same way: end this client
+      // instead of spinning through the rest of the run.
+      if (s.IsShutdown()) break;
     }
     if (interval_ns > 0) {
       const double since = std::chrono::duration<double, std::nano>(end - run_start).count();
@@ -218,6 +222,13 @@ YcsbGenerator::YcsbGenerator(const YcsbOptions& options, Middleware* middleware)
     : impl_(std::make_unique<Impl>()) {
   impl_->opt = options;
   impl_->mw = middleware;
+}
+
+YcsbGenerator::YcsbGenerator(const YcsbOptions& options, std::shared_ptr<Middleware> middleware)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->opt = options;
+  impl_->mw = middleware.get();
+  impl_->owner = std::move(middleware);
 }
 
 YcsbGenerator::YcsbGenerator(const YcsbOptions& options, Engine* engine)
@@ -298,6 +309,7 @@ Status YcsbGenerator::Load() {
         } else {
           std::lock_guard<std::mutex> lock(err_mu);
           if (first_error.empty()) first_error = "ycsb load of record " + std::to_string(k) + ": " + ps.ToString();
+          if (ps.IsShutdown()) break;  // a stopped middleware refuses the rest too
         }
       }
       loaded.fetch_add(ok);

@@ -1,0 +1,314 @@
+"""Lifetime of a middleware seen from Python: close() racing with calls from many
+threads, closing under a running YCSB generator or trace replay, interpreter exit
+and garbage collection with async requests pending.
+
+The subprocess tests run a child interpreter; their timeouts only detect a hang
+(a child that deadlocks never exits), they assert nothing about speed."""
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import nvmw
+from nvmw import _core, errors
+from nvmw.workloads import traces
+from nvmw.workloads.ycsb import YcsbConfig, YcsbWorkload
+
+N_THREADS = 40
+# Generous: a child that hangs never finishes; one that works needs a second or two
+# (more under a sanitizer).
+CHILD_TIMEOUT_S = 300
+
+
+def _child_env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (os.path.join(os.path.dirname(__file__), "..", "..", "python"),
+                    env.get("PYTHONPATH")) if p)
+    env.setdefault("PMEM_IS_PMEM_FORCE", "1")
+    return env
+
+
+def _run_child(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=_child_env(),
+                          capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+
+
+def _caller(mw, idx, go, closed_seen, accepted, failures, ops_done):
+    """One of the racing threads: a mix of every kind of call until the middleware
+    answers ShutdownError, then one more of each, all of which must raise it."""
+    rng = random.Random(idx)
+    key = b"k%d" % idx
+
+    def one(kind):
+        if kind == 0:
+            mw.get(key, cls="interactive")
+        elif kind == 1:
+            mw.put(key, b"v" * rng.randrange(1, 64), cls="batch" if idx % 2 else "interactive")
+        elif kind == 2:
+            fut = mw.submit("put" if rng.random() < 0.5 else "get", key, b"x", cls="auto")
+            accepted.append(fut)
+        elif kind == 3:
+            mw.set_threads(rng.randint(1, 4), rng.randint(1, 4))
+        elif kind == 4:
+            mw.perform_action(rng.randrange(9))
+        elif kind == 5:
+            mw.get_stats()
+            mw.get_state()
+        elif kind == 6:
+            mw.remove(key)
+        else:
+            mw.queue_length("interactive")
+
+    go.wait()
+    try:
+        while True:
+            try:
+                one(rng.randrange(8))
+                ops_done.append(1)
+            except errors.ShutdownError:
+                break
+        closed_seen[idx] = True
+        for kind in range(8):
+            try:
+                one(kind)
+            except errors.ShutdownError:
+                continue
+            failures.append(f"thread {idx}: call {kind} after close did not raise ShutdownError")
+    except BaseException as e:  # any other error is a failure of the test
+        failures.append(f"thread {idx}: {type(e).__name__}: {e}")
+
+
+@pytest.mark.parametrize("mode", ["caller-runs", "handoff", "no-control"])
+def test_close_races_with_forty_calling_threads(mode):
+    repetitions = 12
+    for rep in range(repetitions):
+        mw = nvmw.Middleware(engine="memory", interactive_threads=2, batch_threads=2,
+                             max_threads=4, window_s=0.02, control=mode != "no-control",
+                             execution="handoff" if mode == "handoff" else "caller-runs",
+                             spin_ns=0)
+        go = threading.Event()
+        closed_seen = [False] * N_THREADS
+        accepted, failures, ops_done = [], [], []
+        threads = [threading.Thread(target=_caller,
+                                    args=(mw, i, go, closed_seen, accepted, failures, ops_done))
+                   for i in range(N_THREADS)]
+        for t in threads:
+            t.start()
+        go.set()
+        # Close while the calls flow: after a varying number of operations.
+        target = 50 + 40 * rep
+        deadline = time.monotonic() + 30
+        while len(ops_done) < target and time.monotonic() < deadline and not failures:
+            time.sleep(0.001)
+        second = threading.Thread(target=mw.close)  # two closers at once
+        second.start()
+        mw.close()
+        second.join()
+        assert not mw.core.running
+        for t in threads:
+            t.join(timeout=60)
+            assert not t.is_alive(), "a calling thread hung after close"
+        assert failures == []
+        assert all(closed_seen)
+        # Every accepted async request completed by the time close() returned.
+        assert all(f.done() for f in accepted)
+        for f in accepted:
+            exc = f.exception()
+            assert exc is None, f"an accepted request failed: {exc!r}"
+        with pytest.raises(errors.ShutdownError):
+            mw.submit("get", b"k0")
+
+
+def test_close_waits_for_pending_callbacks():
+    mw = nvmw.Middleware(engine="memory", interactive_threads=1, batch_threads=1,
+                         device="optane-1dimm")
+    futures = [mw.submit("put", b"p%d" % i, b"v" * 4096, cls="batch") for i in range(300)]
+    mw.close()
+    # close() returned: every accepted request has run and its future is resolved.
+    assert all(f.done() for f in futures)
+    assert all(f.exception() is None for f in futures)
+
+
+def test_calls_after_close_raise_shutdown_error():
+    mw = nvmw.Middleware(engine="memory")
+    core = mw.core
+    mw.close()
+    calls = [lambda: core.get(b"k", 2), lambda: core.put(b"k", b"v", 2),
+             lambda: core.remove(b"k", 2), lambda: core.submit(0, b"k", b"", 2, lambda e, v: None),
+             core.get_stats, core.get_state, lambda: core.wait_for_window(0, 1.0),
+             lambda: core.perform_action(0), lambda: core.set_threads(1, 1),
+             lambda: core.threads, lambda: core.queue_length(0), lambda: core.classify(0, 0, 2)]
+    for call in calls:
+        with pytest.raises(errors.ShutdownError):
+            call()
+    assert core.engine is None
+    assert not core.running
+
+
+def test_close_while_ycsb_generator_drives_it():
+    mw = nvmw.Middleware(engine="memory", interactive_threads=2, batch_threads=1)
+    work = YcsbWorkload(mw, YcsbConfig(record_count=200, operation_count=0, duration_s=120.0,
+                                       threads=8))
+    work.load()
+    work.start()
+    # Let the clients run, then pull the middleware from under them.
+    seq = mw.get_stats()["seq"]
+    mw.wait_for_window(seq, timeout_s=30)
+    mw.close()
+    result = work.join()  # ends at the first ShutdownError of each client, not after 120 s
+    assert not work.running
+    assert result["all"]["ops"] > 0
+    assert result["all"]["errors"] >= 1
+    assert "Shutdown" in result["first_error"]
+    del work  # the generator held the last reference: freed here, with the GIL held
+    with pytest.raises(errors.ShutdownError):
+        mw.get(b"k")
+
+
+def test_generator_keeps_an_unreferenced_middleware_alive():
+    core = _core.Middleware(_core.new_memory_engine(), 1, 1)
+    gen = _core.YcsbGenerator(core, YcsbConfig(record_count=50, operation_count=400,
+                                                threads=4).to_options())
+    del core  # the generator shares ownership: the middleware keeps running for it
+    gen.load()
+    result = gen.run()
+    assert result["all"]["ops"] == 400
+    assert result["all"]["errors"] == 0
+    del gen  # last holder: stops and frees the middleware
+
+
+def test_close_while_trace_replay_drives_it():
+    mw = nvmw.Middleware(engine="memory", interactive_threads=2, batch_threads=1)
+    trace = traces.synth("azure", rows=2000, seed=3)
+    replay = _core.Replay(trace, traces.replay_options(threads=8, loop=True, duration_s=120.0,
+                                                       accel=50.0))
+    replay.start(mw.core)
+    seq = mw.get_stats()["seq"]
+    mw.wait_for_window(seq, timeout_s=30)
+    mw.close()
+    result = replay.join()  # clients stop at their first ShutdownError
+    assert not replay.running
+    assert result["stopped"]
+    assert result["all"]["ops"] > 0
+    with pytest.raises(errors.ShutdownError):
+        replay.start(mw.core)
+    del replay
+
+
+def test_replay_holds_the_middleware_after_python_drops_it():
+    core = _core.Middleware(_core.new_memory_engine(), 2, 1)
+    trace = traces.synth("azure", rows=300, seed=5)
+    replay = _core.Replay(trace, traces.replay_options(threads=4, accel=200.0))
+    replay.start(core)
+    del core
+    result = replay.join()
+    assert result["all"]["ops"] == len(trace)
+    assert result["errors"] == 0
+
+
+def test_exit_with_async_work_pending():
+    child = _run_child("""
+        import atexit, threading
+        import nvmw
+        from nvmw import errors
+
+        mw = nvmw.Middleware(engine="memory", interactive_threads=1, batch_threads=1,
+                             device="optane-1dimm")
+        done = []
+        futures = [mw.submit("put", b"k%d" % i, b"v" * 8192, cls="batch") for i in range(2000)]
+        for f in futures:
+            f.add_done_callback(lambda f: done.append(f.exception()))
+
+        def submitter():  # a daemon thread still calling in when the interpreter exits
+            while True:
+                try:
+                    mw.put(b"d", b"x" * 1024)
+                    mw.submit("get", b"d")
+                except errors.ShutdownError:
+                    return
+
+        threading.Thread(target=submitter, daemon=True).start()
+
+        @atexit.register
+        def report():  # runs before the middleware's own exit hook (atexit is LIFO)
+            print("pending-at-exit", sum(not f.done() for f in futures), flush=True)
+        print("exiting", flush=True)
+    """)
+    assert child.returncode == 0, child.stderr
+    assert "exiting" in child.stdout
+    assert "Fatal" not in child.stderr and "terminate" not in child.stderr
+
+
+def test_exit_with_daemon_threads_inside_calls():
+    child = _run_child("""
+        import threading
+        import nvmw
+        from nvmw import errors
+        from nvmw.workloads.ycsb import YcsbConfig, YcsbWorkload
+
+        mw = nvmw.Middleware(engine="memory", interactive_threads=1, batch_threads=1,
+                             window_s=0.05, device="optane-1dimm")
+        started = threading.Barrier(13)
+
+        def caller(i):
+            started.wait()
+            while True:
+                try:
+                    if i % 3 == 0:
+                        mw.wait_for_window(mw.get_stats()["seq"], timeout_s=60)
+                    elif i % 3 == 1:
+                        mw.put(b"k%d" % i, b"v" * 4096, cls="batch")
+                    else:
+                        mw.submit("get", b"k%d" % i).result()
+                except errors.ShutdownError:
+                    return
+
+        work = YcsbWorkload(mw, YcsbConfig(record_count=100, operation_count=0,
+                                           duration_s=600.0, threads=4))
+        work.load()
+        threading.Thread(target=work.run, daemon=True).start()
+        for i in range(12):
+            threading.Thread(target=caller, args=(i,), daemon=True).start()
+        started.wait()
+        print("exiting", flush=True)
+    """)
+    assert child.returncode == 0, child.stderr
+    assert "exiting" in child.stdout
+
+
+def test_gc_with_callbacks_pending():
+    child = _run_child("""
+        import gc
+        from nvmw import _core
+
+        calls = []
+        for round in range(5):
+            core = _core.Middleware(_core.new_memory_engine(), 1, 1)
+            for i in range(3000):
+                core.submit(1, b"k%d" % i, b"v" * 512, 1, lambda e, v: calls.append(e))
+            del core  # last reference, callbacks pending: stops with the GIL released
+            gc.collect()
+        assert len(calls) == 5 * 3000, len(calls)
+        assert all(e is None for e in calls)
+
+        # The same through a reference cycle, freed by the collector.
+        class Holder:
+            pass
+        h = Holder()
+        h.self = h
+        h.core = _core.Middleware(_core.new_memory_engine(), 1, 1)
+        for i in range(3000):
+            h.core.submit(1, b"c%d" % i, b"v" * 512, 1, lambda e, v: calls.append(e))
+        del h
+        gc.collect()
+        assert len(calls) == 6 * 3000, len(calls)
+        print("ok", flush=True)
+    """)
+    assert child.returncode == 0, child.stderr
+    assert "ok" in child.stdout
