@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 
 # libpmemobj-dev: PMDK, the persistent engine. pkg-config/cmake/ninja/g++: the build.
 # libgtest-dev: C++ tests. clang + libclang-rt-14-dev: fuzz targets (libFuzzer).
-APT_PKGS=(libpmemobj-dev pkg-config cmake ninja-build g++ libgtest-dev clang libclang-rt-14-dev)
+# libxxhash-dev: XXH3, the pmem engine's per-entry checksum (header-only use).
+APT_PKGS=(libpmemobj-dev pkg-config cmake ninja-build g++ libgtest-dev clang libclang-rt-14-dev
+  libxxhash-dev)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

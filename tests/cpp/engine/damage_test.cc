@@ -1,0 +1,439 @@
+// Damaged pool files, one family per test: bytes flipped in the pool header, in a
+// link, in an entry's value; truncated, empty, mode-000, foreign and non-UTF-8
+// layout files; interrupted and concurrent creation. A damaged pool must never
+// crash the process or hand out a wrong value, a refused file must be left byte
+// for byte as it was, and CheckPmemPool must name what is damaged and salvage
+// every intact entry.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <libpmemobj.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine_test_util.h"
+#include "nvmw/engine.h"
+
+namespace nvmw {
+namespace {
+
+using test::TempDir;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void WriteFile(const std::string& path, const std::string& data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+}
+
+PmemOptions Small() {
+  PmemOptions o;
+  o.pool_size_bytes = 16ull << 20;
+  o.bucket_count = 64;
+  return o;
+}
+
+std::string Key(int i) { return "dmg-key-" + std::to_string(i); }
+std::string Val(int i) { return "value-of-key-" + std::to_string(i) + std::string(40 + i, 'v'); }
+
+bool AllPrintableAscii(const std::string& s) {
+  for (unsigned char c : s) {
+    if (c < 0x20 || c >= 0x7f) return false;
+  }
+  return true;
+}
+
+class DamageTest : public ::testing::Test {
+ protected:
+  static constexpr int kKeys = 200;
+
+  void SetUp() override {
+    ASSERT_FALSE(dir_.path().empty());
+    path_ = dir_.File("pool");
+    std::unique_ptr<Engine> e;
+    Status s = OpenPmemEngine(path_, Small(), &e);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    for (int i = 0; i < kKeys; ++i) ASSERT_TRUE(e->Put(Key(i), Val(i)).ok());
+    e.reset();
+    pristine_ = ReadFile(path_);
+  }
+
+  // File offset of the entry holding Key(i): its key bytes sit 40 bytes in.
+  size_t EntryOffset(int i) const {
+    std::string needle = Key(i) + "value-of-key-" + std::to_string(i);
+    size_t at = pristine_.find(needle);
+    EXPECT_NE(at, std::string::npos);
+    return at - 40;
+  }
+
+  // File offset of the 8-byte link that points at the entry of Key(i).
+  size_t LinkTo(int i) const {
+    uint64_t off = EntryOffset(i);
+    for (size_t p = 8192; p + 8 <= pristine_.size(); p += 8) {
+      if (std::memcmp(pristine_.data() + p, &off, 8) == 0) return p;
+    }
+    ADD_FAILURE() << "no link to entry " << i;
+    return 0;
+  }
+
+  // Opens a damaged image that must be refused; the file must stay unchanged.
+  Status ExpectRefusedUnchanged(const std::string& image) {
+    WriteFile(path_, image);
+    std::unique_ptr<Engine> e;
+    Status s = OpenPmemEngine(path_, Small(), &e);
+    EXPECT_FALSE(s.ok());
+    EXPECT_EQ(e, nullptr);
+    EXPECT_TRUE(ReadFile(path_) == image) << "a refused pool was modified: " << s.ToString();
+    EXPECT_NE(s.message().find(path_), std::string::npos) << s.message();
+    EXPECT_TRUE(AllPrintableAscii(s.message())) << s.message();
+    return s;
+  }
+
+  PmemCheckReport Check(const std::string& salvage = "") {
+    PmemCheckOptions co;
+    co.salvage_path = salvage;
+    co.salvage_options = Small();
+    PmemCheckReport r;
+    std::string before = ReadFile(path_);
+    Status s = CheckPmemPool(path_, co, &r);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    EXPECT_TRUE(ReadFile(path_) == before) << "check modified the pool";
+    return r;
+  }
+
+  TempDir dir_;
+  std::string path_;
+  std::string pristine_;
+};
+
+TEST_F(DamageTest, IntactPoolChecksClean) {
+  PmemCheckReport r = Check();
+  EXPECT_TRUE(r.clean()) << (r.problems.empty() ? "" : r.problems[0]);
+  EXPECT_TRUE(r.readable);
+  EXPECT_EQ(r.format_version, 2u);
+  EXPECT_EQ(r.entries_ok, static_cast<uint64_t>(kKeys));
+}
+
+TEST_F(DamageTest, FlippedHeaderBytesAreRefusedUnchanged) {
+  std::string img = pristine_;
+  img[200] ^= 0x01;  // pool header, inside its checksum
+  Status s = ExpectRefusedUnchanged(img);
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_NE(s.message().find("header"), std::string::npos) << s.message();
+  PmemCheckReport r = Check();
+  EXPECT_FALSE(r.clean());
+  EXPECT_FALSE(r.readable);
+
+  img = pristine_;
+  img[4096 + 600] ^= 0x10;  // descriptor, past the layout name
+  s = ExpectRefusedUnchanged(img);
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_NE(s.message().find("descriptor"), std::string::npos) << s.message();
+
+  // The root object: its checksum catches a flipped field.
+  uint64_t root_off;
+  std::memcpy(&root_off, pristine_.data() + 4096 + 2048, 8);
+  img = pristine_;
+  img[root_off + 16] ^= 0x04;  // bucket_count
+  s = ExpectRefusedUnchanged(img);
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_NE(s.message().find("root"), std::string::npos) << s.message();
+}
+
+TEST_F(DamageTest, FlippedLinkIsRefusedAndSalvageKeepsTheRest) {
+  const size_t link = LinkTo(7);
+  for (int bit : {3, 12, 29, 45, 62}) {  // misaligned, inside the pool, far outside
+    std::string img = pristine_;
+    img[link + bit / 8] ^= static_cast<char>(1 << (bit % 8));
+    Status s = ExpectRefusedUnchanged(img);
+    EXPECT_TRUE(s.IsCorruption()) << "bit " << bit << ": " << s.ToString();
+  }
+  // A link moved onto another allocated entry (of another bucket).
+  std::string img = pristine_;
+  uint64_t other = EntryOffset(100);
+  std::memcpy(img.data() + link, &other, 8);
+  WriteFile(path_, img);
+  PmemCheckReport r = Check(dir_.File("salvaged"));
+  EXPECT_FALSE(r.clean());
+  EXPECT_TRUE(r.readable);
+  EXPECT_GE(r.links_damaged, 1u);
+  std::unique_ptr<Engine> e;
+  PmemOptions o = Small();
+  o.create_if_missing = false;
+  Status s = OpenPmemEngine(dir_.File("salvaged"), o, &e);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  // Every key whose entry is intact is there with its exact value; entries cut
+  // off behind the link come back through the unreachable-entry pass.
+  EXPECT_EQ(e->Count(), r.salvaged);
+  EXPECT_EQ(r.salvaged, static_cast<uint64_t>(kKeys));
+  for (int i = 0; i < kKeys; ++i) {
+    std::string v;
+    ASSERT_TRUE(e->Get(Key(i), &v).ok()) << Key(i);
+    EXPECT_EQ(v, Val(i));
+  }
+}
+
+TEST_F(DamageTest, FlippedValueByteIsQuarantinedNotServed) {
+  std::string img = pristine_;
+  const size_t entry = EntryOffset(42);
+  img[entry + 40 + Key(42).size() + 5] ^= 0x20;  // inside the value
+  WriteFile(path_, img);
+  {
+    std::unique_ptr<Engine> e;
+    Status s = OpenPmemEngine(path_, Small(), &e);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(e->Count(), static_cast<uint64_t>(kKeys - 1));
+    std::string v;
+    s = e->Get(Key(42), &v);
+    EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+    EXPECT_NE(s.message().find(Key(42)), std::string::npos) << s.message();
+    EXPECT_TRUE(e->Exists(Key(42)).IsCorruption());
+    for (int i = 0; i < kKeys; ++i) {
+      if (i == 42) continue;
+      ASSERT_TRUE(e->Get(Key(i), &v).ok()) << Key(i);
+      EXPECT_EQ(v, Val(i));
+    }
+  }
+  WriteFile(path_, img);
+  PmemCheckReport r = Check(dir_.File("salvaged"));
+  EXPECT_EQ(r.entries_damaged, 1u);
+  EXPECT_EQ(r.entries_ok, static_cast<uint64_t>(kKeys - 1));
+  EXPECT_EQ(r.salvaged, static_cast<uint64_t>(kKeys - 1));
+  ASSERT_FALSE(r.problems.empty());
+  EXPECT_NE(r.problems[0].find(Key(42)), std::string::npos) << r.problems[0];
+
+  // paranoid_checks refuses the pool instead, and leaves it unchanged.
+  PmemOptions o = Small();
+  o.paranoid_checks = true;
+  std::unique_ptr<Engine> e;
+  Status s = OpenPmemEngine(path_, o, &e);
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_TRUE(ReadFile(path_) == img);
+
+  // Without paranoia a Put replaces the damaged entry, and a Remove drops it.
+  ASSERT_TRUE(OpenPmemEngine(path_, Small(), &e).ok());
+  ASSERT_TRUE(e->Put(Key(42), "fresh").ok());
+  EXPECT_EQ(e->Count(), static_cast<uint64_t>(kKeys));
+  std::string v;
+  ASSERT_TRUE(e->Get(Key(42), &v).ok());
+  EXPECT_EQ(v, "fresh");
+  e.reset();
+  ASSERT_TRUE(OpenPmemEngine(path_, Small(), &e).ok());
+  EXPECT_EQ(e->Count(), static_cast<uint64_t>(kKeys));
+  e.reset();
+  PmemCheckReport r2 = Check();
+  EXPECT_TRUE(r2.clean()) << (r2.problems.empty() ? "" : r2.problems[0]);
+}
+
+TEST_F(DamageTest, DamagedLengthFieldsAreSteppedOverUnread) {
+  std::string img = pristine_;
+  const size_t entry = EntryOffset(9);
+  uint32_t huge = 0x7fffff00;
+  std::memcpy(img.data() + entry + 24, &huge, 4);  // key_len
+  WriteFile(path_, img);
+  std::unique_ptr<Engine> e;
+  Status s = OpenPmemEngine(path_, Small(), &e);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::string v;
+  EXPECT_TRUE(e->Get(Key(9), &v).IsNotFound());  // its key cannot be read
+  for (int i = 10; i < 20; ++i) EXPECT_TRUE(e->Get(Key(i), &v).ok());
+  EXPECT_EQ(e->Count(), static_cast<uint64_t>(kKeys - 1));
+}
+
+TEST_F(DamageTest, ValueDamagedWhileOpenIsCaughtOnRead) {
+  PmemOptions o = Small();
+  std::unique_ptr<Engine> e;
+  ASSERT_TRUE(OpenPmemEngine(path_, o, &e).ok());
+  // Damage the mapped file behind the engine's back (tmpfs: the mapping sees it).
+  const size_t at = EntryOffset(3) + 40 + Key(3).size() + 2;
+  int fd = open(path_.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  char c = static_cast<char>(pristine_[at] ^ 0x08);
+  ASSERT_EQ(pwrite(fd, &c, 1, static_cast<off_t>(at)), 1);
+  close(fd);
+  std::string v;
+  Status s = e->Get(Key(3), &v);
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  e.reset();
+  // With verification off the same read is served unchecked (the documented trade).
+  o.verify_checksums = false;
+  ASSERT_TRUE(OpenPmemEngine(path_, o, &e).ok());  // recovery still checks: quarantined
+  EXPECT_TRUE(e->Get(Key(3), &v).IsCorruption());
+}
+
+TEST_F(DamageTest, TruncatedPoolsAreRefusedUnchanged) {
+  for (size_t size : {pristine_.size() / 2, size_t{9} << 20, pristine_.size() - 4096,
+                      size_t{4096}}) {
+    Status s = ExpectRefusedUnchanged(pristine_.substr(0, size));
+    EXPECT_TRUE(s.IsCorruption()) << size << ": " << s.ToString();
+  }
+  // Extended (a truncate upward) is as wrong as cut short.
+  Status s = ExpectRefusedUnchanged(pristine_ + std::string(1 << 20, '\0'));
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+}
+
+TEST_F(DamageTest, EmptyAndMode000FilesAreClearErrors) {
+  Status s = ExpectRefusedUnchanged("");
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_NE(s.message().find("empty"), std::string::npos) << s.message();
+
+  // What an older creator killed mid-way left behind: 0 bytes, mode 000.
+  ASSERT_EQ(chmod(path_.c_str(), 0), 0);
+  std::unique_ptr<Engine> e;
+  s = OpenPmemEngine(path_, Small(), &e);
+  if (geteuid() == 0) {  // root reads it anyway: it is still an empty file
+    EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  } else {
+    EXPECT_TRUE(s.IsIOError()) << s.ToString();
+  }
+  struct stat st;
+  ASSERT_EQ(stat(path_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 0);
+  EXPECT_EQ(st.st_mode & 07777, 0u);
+}
+
+TEST_F(DamageTest, ForeignAndNonUtf8LayoutsAreOneLineErrors) {
+  const std::string other = dir_.File("other");
+  PMEMobjpool* pop = pmemobj_create(other.c_str(), "\xff\xfe-not-utf8\n", PMEMOBJ_MIN_POOL, 0600);
+  ASSERT_NE(pop, nullptr) << pmemobj_errormsg();
+  pmemobj_close(pop);
+  std::string before = ReadFile(other);
+  std::unique_ptr<Engine> e;
+  Status s = OpenPmemEngine(other, Small(), &e);
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_TRUE(AllPrintableAscii(s.message())) << s.message();
+  EXPECT_NE(s.message().find("\\xff\\xfe-not-utf8\\x0a"), std::string::npos) << s.message();
+  EXPECT_TRUE(ReadFile(other) == before);
+
+  // A pool of the previous format names its version.
+  const std::string v1 = dir_.File("v1");
+  pop = pmemobj_create(v1.c_str(), "nvmw-kv-1", PMEMOBJ_MIN_POOL, 0600);
+  ASSERT_NE(pop, nullptr);
+  pmemobj_close(pop);
+  before = ReadFile(v1);
+  s = OpenPmemEngine(v1, Small(), &e);
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_NE(s.message().find("format version 1"), std::string::npos) << s.message();
+  EXPECT_TRUE(ReadFile(v1) == before);
+
+  // Not a pool at all.
+  WriteFile(path_, std::string(9 << 20, 'x'));
+  s = OpenPmemEngine(path_, Small(), &e);
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_NE(s.message().find("PMEMOBJ"), std::string::npos) << s.message();
+}
+
+TEST(PmemCreationTest, NewPoolsAre0600UnlessConfigured) {
+  TempDir dir;
+  std::unique_ptr<Engine> e;
+  ASSERT_TRUE(OpenPmemEngine(dir.File("a"), Small(), &e).ok());
+  e.reset();
+  struct stat st;
+  ASSERT_EQ(stat(dir.File("a").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  PmemOptions o = Small();
+  o.file_mode = 0640;
+  mode_t old_mask = umask(022);
+  ASSERT_TRUE(OpenPmemEngine(dir.File("b"), o, &e).ok());
+  umask(old_mask);
+  e.reset();
+  ASSERT_EQ(stat(dir.File("b").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640u);
+}
+
+// A creator killed at a random moment leaves either no pool or a complete one at
+// the path, never a file a later open calls corrupt.
+TEST(PmemCreationTest, KilledCreatorNeverLeavesAHalfPool) {
+  TempDir dir;
+  const std::string path = dir.File("pool");
+  std::mt19937_64 rng(5);
+  int complete = 0;
+  for (int round = 0; round < 12; ++round) {
+    unlink(path.c_str());
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      PmemOptions o = Small();
+      o.pool_size_bytes = 64ull << 20;
+      o.bucket_count = 1 << 16;
+      std::unique_ptr<Engine> e;
+      _exit(OpenPmemEngine(path, o, &e).ok() ? 0 : 1);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 40000));
+    kill(pid, SIGKILL);
+    int ws = 0;
+    ASSERT_EQ(waitpid(pid, &ws, 0), pid);
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) continue;  // killed before the pool was linked in
+    ++complete;
+    PmemOptions o = Small();
+    o.create_if_missing = false;
+    std::unique_ptr<Engine> e;
+    Status s = OpenPmemEngine(path, o, &e);
+    EXPECT_TRUE(s.ok()) << "round " << round << ": " << s.ToString();
+  }
+  // The next creation removes temporaries of dead creators.
+  unlink(path.c_str());
+  std::unique_ptr<Engine> e;
+  ASSERT_TRUE(OpenPmemEngine(path, Small(), &e).ok());
+  int temps = 0;
+  for (const auto& ent : std::filesystem::directory_iterator(dir.path())) {
+    if (ent.path().filename().string().find(".creating-") != std::string::npos) ++temps;
+  }
+  EXPECT_EQ(temps, 0);
+  std::printf("killed creators: %d of 12 had linked a complete pool\n", complete);
+}
+
+// Several processes create the same pool at once: one creates it, the others
+// open it (waiting while it is held open); none calls it corrupt.
+TEST(PmemCreationTest, ConcurrentCreatorsShareOnePool) {
+  TempDir dir;
+  const std::string path = dir.File("pool");
+  constexpr int kProcs = 4;
+  std::vector<pid_t> pids;
+  for (int p = 0; p < kProcs; ++p) {
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (std::chrono::steady_clock::now() < deadline) {
+        std::unique_ptr<Engine> e;
+        Status s = OpenPmemEngine(path, Small(), &e);
+        if (s.ok()) _exit(e->Put("creator-" + std::to_string(p), "here").ok() ? 0 : 3);
+        if (!s.IsIOError()) {
+          std::fprintf(stderr, "creator %d: %s\n", p, s.ToString().c_str());
+          _exit(2);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));  // held open by another
+      }
+      _exit(4);
+    }
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    int ws = 0;
+    ASSERT_EQ(waitpid(pid, &ws, 0), pid);
+    EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0) << "status " << ws;
+  }
+  std::unique_ptr<Engine> e;
+  PmemOptions o = Small();
+  o.create_if_missing = false;
+  ASSERT_TRUE(OpenPmemEngine(path, o, &e).ok());
+  EXPECT_EQ(e->Count(), static_cast<uint64_t>(kProcs));
+}
+
+}  // namespace
+}  // namespace nvmw
