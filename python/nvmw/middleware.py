@@ -179,7 +179,12 @@ class Middleware:
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop accepting, finish every accepted request, stop the pools. Idempotent."""
+        """Stop accepting, finish every accepted request (their futures are resolved when
+        this returns), stop the pools. Idempotent and safe while other threads call in:
+        they get a result or ShutdownError, and every later call raises ShutdownError.
+        A YCSB workload or trace replay still running on it ends at its first
+        ShutdownError. Also called on garbage collection; at interpreter exit every
+        middleware still open is closed before Python finalizes."""
         core = getattr(self, "core", None)
         if core is not None:
             core.stop()
