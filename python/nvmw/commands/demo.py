@@ -1,7 +1,9 @@
-"""`nvmw demo`: the product end to end on embedded defaults. Co-locates an
-interactive and a batch client pool on one persistent store and shows what the
-middleware does to tail latency and throughput, against no control and against the
-interactive pool alone."""
+"""`nvmw demo`: the product end to end on embedded defaults, in one screen. First
+the interference table: an interactive and a batch client pool co-located on one
+persistent store, with no control, through the middleware, and the interactive pool
+alone. Then every controller (the shipped Q-learning agent among them) on the default
+phase set, thesis phases and contended ones, interleaved, ranked by the fraction of
+windows that meet both SLAs with its 95 % interval."""
 from __future__ import annotations
 
 import argparse
@@ -10,9 +12,11 @@ import os
 import sys
 
 from nvmw.commands._util import ensure_pmem_force
-from nvmw.lab.demo import demo_comparison
+from nvmw.lab.demo import demo_comparison, ranking_table
 from nvmw.lab.interference import InterferenceConfig, format_table, plot, run_interference
+from nvmw.lab.lineup import DEFAULT_LINEUP
 from nvmw.lab.sweep import plot_sweep, quick_config, run_sweep
+from nvmw.workloads.phases import DEFAULT_PHASES, describe_phase_set
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,6 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="none", help="emulated device profile (default %(default)s)")
     p.add_argument("-o", "--out", default="nvmw-demo", help="output directory (default %(default)s)")
     p.add_argument("--table-only", action="store_true", help="only the interference table")
+    p.add_argument("--segment", type=int, default=50,
+                   help="windows of 0.1 s per phase segment in the controller comparison; every phase of "
+                        "the default set runs once (default %(default)s)")
+    p.add_argument("--sweep", action="store_true", help="also run the quick concurrency sweep (about 1.5 min)")
     p.set_defaults(func=run)
 
 
@@ -56,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {args.out}/interference.json and {png}")
     if args.table_only:
         return 0
-    _sweep_step(args)
+    if args.sweep:
+        _sweep_step(args)
     _controller_step(args)
     return 0
 
@@ -78,8 +87,17 @@ def _sweep_step(args: argparse.Namespace) -> None:
 
 
 def _controller_step(args: argparse.Namespace) -> None:
-    """A short shifting-workload run per controller (the shipped Q-learning agent among them)."""
-    print("\nController comparison (phases switching every 50 windows of 0.1 s, emulated "
-          "optane-1dimm, calibrated SLA; about 2-3 min):", flush=True)
-    demo_comparison(steps=200, switch_every=50, window_s=0.1,
-                    out_dir=os.path.join(args.out, "controllers"))
+    """Every controller on the default phase set, one segment per phase, interleaved."""
+    if args.segment < 1:
+        raise SystemExit("nvmw demo: --segment must be at least 1")
+    steps = args.segment * len(DEFAULT_PHASES)
+    minutes = steps * 0.1 * len(DEFAULT_LINEUP) / 60
+    print(f"\nController comparison: phases {', '.join(map(str, DEFAULT_PHASES))} "
+          f"({describe_phase_set()}), {args.segment} windows of 0.1 s each, emulated optane-1dimm, "
+          f"calibrated SLA; about {minutes:.0f} min:", flush=True)
+    result = demo_comparison(steps=steps, switch_every=args.segment, window_s=0.1,
+                             out_dir=os.path.join(args.out, "controllers"), print_fn=None)
+    print(ranking_table(result["summary"], result["run"]))
+    if result["skipped"]:
+        print("skipped: " + ", ".join(result["skipped"]))
+    print(f"wrote {args.out}/controllers/eval.md, eval.json and eval.png")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from nvmw.lab.evaluation import evaluate_lineup, markdown_report, write_outputs
 from nvmw.lab.lineup import DEFAULT_LINEUP, ControllerContext, canonical_name
@@ -40,4 +40,24 @@ def demo_comparison(*, env: str = "real", steps: int = 200, switch_every: int = 
     return {"run": header, "summary": summaries, "skipped": skipped}
 
 
-__all__ = ["demo_comparison"]
+def ranking_table(summaries: Mapping[str, Mapping[str, Any]], header: Mapping[str, Any]) -> str:
+    """One screen: controllers ranked by the fraction of windows meeting both SLAs, with the
+    95 % interval over phase segments (the run's noise), latency/throughput fractions,
+    median reward and median interactive p99, and what the run was."""
+    rows = sorted(summaries.items(), key=lambda kv: (-kv[1]["sla_both_met"], -kv[1]["reward"]["median"]))
+    steps = next(iter(summaries.values()))["steps"] if summaries else 0
+    out = [f"{'rank':>4}  {'controller':<14} {'both SLAs':>9} {'95 % interval':>13} {'latency':>8} "
+           f"{'throughput':>10} {'median reward':>13} {'median p99':>11}"]
+    for k, (name, s) in enumerate(rows, 1):
+        lo, hi = s["sla_both_ci95"]
+        out.append(f"{k:>4}  {name:<14} {s['sla_both_met']:>9.2f} {lo:>6.2f}-{hi:<6.2f} "
+                   f"{s['sla_latency_met']:>8.2f} {s['sla_throughput_met']:>10.2f} "
+                   f"{s['reward']['median']:>13.1f} {s['p99_us']['median']:>8.0f} us")
+    out.append(f"{steps} windows of {header.get('window_s', '?')} s per controller, phases "
+               f"{header.get('phases', '?')} switching every {header.get('switch_every', '?')} windows, "
+               f"controllers interleaved per segment; SLA {header.get('sla', '?')}. Intervals that overlap "
+               f"are not a ranking: `nvmw evaluate` runs longer.")
+    return "\n".join(out)
+
+
+__all__ = ["demo_comparison", "ranking_table"]

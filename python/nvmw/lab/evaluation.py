@@ -124,11 +124,31 @@ def settle_steps(trace: Mapping[str, list], switch_every: int, run: int = 5) -> 
     return out
 
 
+def segment_spread(both: np.ndarray, switch_every: int, *, resamples: int = 2000, seed: int = 0
+                   ) -> tuple[list[float], list[float]]:
+    """Per phase segment, the fraction of steps meeting both SLAs, and a 95 % bootstrap
+    interval of the whole run's fraction obtained by resampling segments (a segment is the
+    unit that varies: its phase, and the machine's load while it ran). One segment gives a
+    zero-width interval: there is nothing to resample."""
+    per = [float(both[i:i + switch_every].mean()) for i in range(0, len(both), switch_every)
+           if both[i:i + switch_every].size]
+    if not per:
+        return [], [float("nan"), float("nan")]
+    sizes = np.asarray([min(switch_every, len(both) - i) for i in range(0, len(both), switch_every)], float)
+    fr = np.asarray(per)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(per), size=(resamples, len(per)))
+    boot = (fr[idx] * sizes[idx]).sum(axis=1) / sizes[idx].sum(axis=1)
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return per, [float(lo), float(hi)]
+
+
 def summarize(trace: Mapping[str, list], switch_every: int) -> dict[str, Any]:
     lat = np.asarray(trace["sla_latency_met"], bool)
     tp = np.asarray(trace["sla_throughput_met"], bool)
     settle = settle_steps(trace, switch_every)
     settled = [s for s in settle if s is not None]
+    by_segment, ci95 = segment_spread(lat & tp, switch_every)
     return {
         "reward": quartiles(trace["reward"]),
         "throughput": quartiles(trace["throughput"]),
@@ -136,6 +156,8 @@ def summarize(trace: Mapping[str, list], switch_every: int) -> dict[str, Any]:
         "sla_latency_met": float(lat.mean()) if lat.size else float("nan"),
         "sla_throughput_met": float(tp.mean()) if tp.size else float("nan"),
         "sla_both_met": float((lat & tp).mean()) if lat.size else float("nan"),
+        "sla_both_by_segment": by_segment,
+        "sla_both_ci95": ci95,
         "steps": int(lat.size),
         "settle_steps_median": float(np.median(settled)) if settled else None,
         "segments_settled": f"{len(settled)}/{len(settle)}",
@@ -244,6 +266,8 @@ def markdown_report(summaries: Mapping[str, Mapping[str, Any]], header: Mapping[
     lines.append("|---|" + "---|" * len(names))
     for key, label in (("sla_latency_met", "latency"), ("sla_throughput_met", "throughput"), ("sla_both_met", "both")):
         lines.append(f"| {label} | " + " | ".join(f"{summaries[n][key]:.3f}" for n in names) + " |")
+    lines.append("| both, 95 % interval over segments | " + " | ".join(
+        "{:.2f}-{:.2f}".format(*summaries[n]["sla_both_ci95"]) for n in names) + " |")
     lines.append("| median steps to settle after a switch | " + " | ".join(
         "-" if summaries[n]["settle_steps_median"] is None else f"{summaries[n]['settle_steps_median']:.0f}"
         for n in names) + " |")

@@ -1,0 +1,45 @@
+"""The evaluation's noise figure (bootstrap over phase segments) and the demo's ranking."""
+import numpy as np
+
+from nvmw.lab.demo import ranking_table
+from nvmw.lab.evaluation import segment_spread, summarize
+
+
+def test_segment_spread_per_segment_fractions_and_interval():
+    both = np.array([1] * 10 + [0] * 10 + [1, 0] * 5, bool)
+    per, (lo, hi) = segment_spread(both, 10, seed=1)
+    assert per == [1.0, 0.0, 0.5]
+    assert 0.0 <= lo <= both.mean() <= hi <= 1.0
+    assert hi - lo > 0.3  # segments this different give a wide interval
+
+
+def test_segment_spread_identical_segments_have_no_spread():
+    both = np.array([1, 0, 1, 1] * 6, bool)
+    per, (lo, hi) = segment_spread(both, 4)
+    assert per == [0.75] * 6
+    assert lo == hi == 0.75
+
+
+def test_segment_spread_weights_a_short_last_segment_by_its_length():
+    both = np.array([1] * 8 + [0] * 2, bool)
+    per, (lo, hi) = segment_spread(both, 8, resamples=4000)
+    assert per == [1.0, 0.0]
+    # Resampled totals are weighted by segment length: never below 0 or above 1, and the
+    # interval includes the all-long-segment case (1.0).
+    assert lo >= 0.0 and hi == 1.0
+
+
+def _trace(lat, tp):
+    n = len(lat)
+    return {"sla_latency_met": lat, "sla_throughput_met": tp, "reward": list(range(n)),
+            "throughput": [1.0] * n, "p99_us": [100.0] * n}
+
+
+def test_ranking_orders_by_both_sla_fraction():
+    good = summarize(_trace([True] * 6, [True] * 6), 3)
+    bad = summarize(_trace([True, False] * 3, [True] * 6), 3)
+    text = ranking_table({"bad": bad, "good": good}, {"window_s": 0.1, "phases": "1,2", "switch_every": 3})
+    lines = text.splitlines()
+    assert lines[1].split()[:2] == ["1", "good"]
+    assert lines[2].split()[:2] == ["2", "bad"]
+    assert "6 windows of 0.1 s" in lines[-1]
