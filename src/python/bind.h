@@ -54,6 +54,10 @@ class CallWithoutGil {
   PyThreadState* state_;
 };
 
+// True when this thread holds the GIL and Python is not finalizing: then a blocking
+// wait that may depend on a completion (which takes the GIL) must release it first.
+bool ShouldReleaseGil();
+
 // The middleware of h, shared, for use across a GIL release; raises
 // nvmw.errors.ShutdownError (`what` prefixes the message) once h is closed or stopped.
 std::shared_ptr<Middleware> AcquireMiddleware(PyMiddleware& h, const char* what);

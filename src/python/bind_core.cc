@@ -92,7 +92,7 @@ bool PythonUsable() {
 // (releasing it would let daemon threads wake up only to be terminated); every
 // middleware was stopped by the exit hook before, so Stop has nothing to wait for.
 void StopReleasingGil(Middleware& mw) {
-  if (PythonUsable() && PyGILState_Check()) {
+  if (ShouldReleaseGil()) {
     nb::gil_scoped_release release;
     mw.Stop();
   } else {
@@ -184,6 +184,8 @@ nb::dict StatsToDict(const WindowStats& w) {
   d["all"] = ClassToDict(w.all);
   return d;
 }
+
+bool ShouldReleaseGil() { return PythonUsable() && PyGILState_Check(); }
 
 CallWithoutGil::CallWithoutGil() {
   g_calls_without_gil.fetch_add(1, std::memory_order_acq_rel);

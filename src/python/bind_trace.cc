@@ -199,6 +199,22 @@ std::shared_ptr<Middleware> RunningMiddleware(PyMiddleware& h) {
 
 using RecordTuple = std::tuple<int64_t, std::string, std::string, uint64_t>;
 
+// Freed by Python with the GIL held. The clients are joined with it released: a client
+// waiting for a permit may be waiting for an async request whose completion needs it.
+struct PyReplay : Replay {
+  using Replay::Replay;
+  ~PyReplay() {
+    Stop();
+    ReplayResult ignored;
+    if (ShouldReleaseGil()) {
+      nb::gil_scoped_release release;
+      (void)Join(&ignored);
+    } else {
+      (void)Join(&ignored);
+    }
+  }
+};
+
 }  // namespace
 
 void BindTrace(nb::module_& m) {
@@ -340,17 +356,17 @@ void BindTrace(nb::module_& m) {
       },
       nb::arg("options") = nb::dict(), "Wukong-SVD-like trace (dict of SvdSynthOptions fields).");
 
-  nb::class_<Replay>(m, "Replay",
+  nb::class_<PyReplay>(m, "Replay",
                      "Open-loop trace replay through a Middleware (latency from the scheduled time).")
       .def(
           "__init__",
-          [](Replay* self, const Trace& trace, const nb::dict& options) {
-            new (self) Replay(trace, ReplayFromDict(options));
+          [](PyReplay* self, const Trace& trace, const nb::dict& options) {
+            new (self) PyReplay(trace, ReplayFromDict(options));
           },
           nb::arg("trace"), nb::arg("options") = nb::dict())
       .def(
           "start",
-          [](Replay& r, PyMiddleware& h) {
+          [](PyReplay& r, PyMiddleware& h) {
             std::shared_ptr<Middleware> mw = RunningMiddleware(h);
             Status s;
             {
@@ -361,10 +377,10 @@ void BindTrace(nb::module_& m) {
           },
           nb::arg("middleware"),
           "Preload (first time) and start the clients in the background.")
-      .def("stop", [](Replay& r) { r.Stop(); }, "Ask the clients to stop issuing (non-blocking).")
+      .def("stop", [](PyReplay& r) { r.Stop(); }, "Ask the clients to stop issuing (non-blocking).")
       .def(
           "join",
-          [](Replay& r) {
+          [](PyReplay& r) {
             ReplayResult res;
             Status s;
             {
@@ -377,7 +393,7 @@ void BindTrace(nb::module_& m) {
           "Wait for the clients; returns the result dict.")
       .def(
           "run",
-          [](Replay& r, PyMiddleware& h) {
+          [](PyReplay& r, PyMiddleware& h) {
             std::shared_ptr<Middleware> mw = RunningMiddleware(h);
             ReplayResult res;
             Status s;
@@ -389,11 +405,11 @@ void BindTrace(nb::module_& m) {
             return ResultToDict(res);
           },
           nb::arg("middleware"))
-      .def_prop_ro("running", &Replay::running)
-      .def_prop_ro("issued", &Replay::issued)
-      .def_prop_ro("completed", &Replay::completed)
-      .def_prop_ro("offered_ops_per_s", &Replay::OfferedOpsPerSecond)
-      .def("__len__", [](const Replay& r) { return r.trace().records.size(); });
+      .def_prop_ro("running", [](const PyReplay& r) { return r.running(); })
+      .def_prop_ro("issued", [](const PyReplay& r) { return r.issued(); })
+      .def_prop_ro("completed", [](const PyReplay& r) { return r.completed(); })
+      .def_prop_ro("offered_ops_per_s", [](const PyReplay& r) { return r.OfferedOpsPerSecond(); })
+      .def("__len__", [](const PyReplay& r) { return r.trace().records.size(); });
 }
 
 }  // namespace nvmw::py

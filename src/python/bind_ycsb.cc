@@ -101,6 +101,21 @@ std::shared_ptr<Middleware> RunningMiddleware(PyMiddleware& h) {
   return h.mw;
 }
 
+// Freed by Python with the GIL held. The clients are joined with it released: a client
+// waiting for a permit may be waiting for an async request whose completion needs it.
+struct PyYcsbGenerator : YcsbGenerator {
+  using YcsbGenerator::YcsbGenerator;
+  ~PyYcsbGenerator() {
+    Stop();
+    if (ShouldReleaseGil()) {
+      nb::gil_scoped_release release;
+      (void)Join();
+    } else {
+      (void)Join();
+    }
+  }
+};
+
 nb::dict JoinedResults(YcsbGenerator& g) {
   YcsbResults r;
   ThrowIfError(g.Results(&r));
@@ -110,19 +125,19 @@ nb::dict JoinedResults(YcsbGenerator& g) {
 }  // namespace
 
 void BindYcsb(nb::module_& m) {
-  nb::class_<YcsbGenerator>(m, "YcsbGenerator",
+  nb::class_<PyYcsbGenerator>(m, "YcsbGenerator",
                             "YCSB-style closed-loop generator driving a Middleware. Options: a "
                             "dict of YcsbOptions fields (see nvmw.lab.ycsb.YcsbConfig).")
       .def(
           "__init__",
-          [](YcsbGenerator* self, PyMiddleware& h, const nb::dict& options) {
+          [](PyYcsbGenerator* self, PyMiddleware& h, const nb::dict& options) {
             YcsbOptions o = OptionsFromDict(options);
-            new (self) YcsbGenerator(o, RunningMiddleware(h));
+            new (self) PyYcsbGenerator(o, RunningMiddleware(h));
           },
           nb::arg("middleware"), nb::arg("options"))
       .def(
           "load",
-          [](YcsbGenerator& g) {
+          [](PyYcsbGenerator& g) {
             Status s;
             {
               CallWithoutGil release;
@@ -134,7 +149,7 @@ void BindYcsb(nb::module_& m) {
           "Insert the records (load phase); returns records_loaded/load_s.")
       .def(
           "start",
-          [](YcsbGenerator& g) {
+          [](PyYcsbGenerator& g) {
             Status s;
             {
               CallWithoutGil release;
@@ -143,10 +158,10 @@ void BindYcsb(nb::module_& m) {
             ThrowIfError(s);
           },
           "Start the client threads in the background.")
-      .def("stop", [](YcsbGenerator& g) { g.Stop(); }, "Ask the clients to finish (non-blocking).")
+      .def("stop", [](PyYcsbGenerator& g) { g.Stop(); }, "Ask the clients to finish (non-blocking).")
       .def(
           "join",
-          [](YcsbGenerator& g) {
+          [](PyYcsbGenerator& g) {
             {
               CallWithoutGil release;
               g.Join();
@@ -156,7 +171,7 @@ void BindYcsb(nb::module_& m) {
           "Wait for the clients; return the results dict.")
       .def(
           "run",
-          [](YcsbGenerator& g) {
+          [](PyYcsbGenerator& g) {
             Status s;
             {
               CallWithoutGil release;
@@ -167,8 +182,8 @@ void BindYcsb(nb::module_& m) {
             return JoinedResults(g);
           },
           "Start + join; returns the results dict.")
-      .def("results", &JoinedResults, "Results of a joined run (or of the load phase only).")
-      .def_prop_ro("running", [](YcsbGenerator& g) { return g.running(); });
+      .def("results", [](PyYcsbGenerator& g) { return JoinedResults(g); }, "Results of a joined run (or of the load phase only).")
+      .def_prop_ro("running", [](PyYcsbGenerator& g) { return g.running(); });
 
   m.def(
       "ycsb_capacity",

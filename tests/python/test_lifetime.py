@@ -321,3 +321,38 @@ def test_gc_with_callbacks_pending():
     """)
     assert child.returncode == 0, child.stderr
     assert "ok" in child.stdout
+
+
+def test_dropping_a_generator_or_replay_with_callbacks_pending():
+    # Clients wait for interactive permits held by async requests whose completions
+    # need the GIL, while the thread that frees the generator (or replay) holds it.
+    child = _run_child("""
+        from nvmw import _core
+        from nvmw.workloads import traces
+        from nvmw.workloads.ycsb import YcsbConfig
+
+        calls = []
+        core = _core.Middleware(_core.new_memory_engine(), 1, 1)
+        core.put(b"a", b"v" * 64, 0)
+        for round in range(4):
+            if round % 2 == 0:
+                driver = _core.YcsbGenerator(core, YcsbConfig(
+                    record_count=20, operation_count=0, duration_s=600.0, threads=8,
+                    read_proportion=1.0, update_proportion=0.0).to_options())
+                driver.load()
+                driver.start()
+            else:
+                driver = _core.Replay(traces.synth("azure", rows=500, seed=round),
+                                      traces.replay_options(threads=8, loop=True,
+                                                            duration_s=600.0, accel=100.0))
+                driver.start(core)
+            for i in range(3000):
+                core.submit(0, b"a", b"", 0, lambda e, v: calls.append(e))
+            driver.stop()
+            del driver  # joins its clients: must not hold the GIL while doing so
+        core.stop()
+        assert len(calls) == 4 * 3000, len(calls)
+        print("ok", flush=True)
+    """)
+    assert child.returncode == 0, child.stderr
+    assert "ok" in child.stdout
