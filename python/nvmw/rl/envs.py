@@ -87,7 +87,7 @@ class ControlEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None):
         """Restart the phase workload and the thread configuration.
 
-        options: "phase" (1-4), "threads" ((i, b), "random", or "keep"). Without "threads"
+        options: "phase" (one of `phases`), "threads" ((i, b), "random", or "keep"). Without "threads"
         the constructor's initial_threads are used, else a random pair from np_random. The
         returned observation carries the new threads and zeros for the window features (no
         window of the new episode has been observed yet), so a seeded reset is reproducible."""
