@@ -202,6 +202,41 @@ std::string PmemError() {
   return (msg != nullptr && *msg != '\0') ? msg : std::strerror(errno);
 }
 
+// libpmemobj 1.x lane: three logs (internal redo, external redo, undo) in 3 KB,
+// each with a 64-byte header {checksum, next, capacity, gen_num, flags, unused[3]}.
+constexpr uint64_t kLaneBytes = 3072;
+struct LaneLog {
+  uint64_t offset;
+  uint64_t capacity;
+};
+constexpr LaneLog kLaneLogs[3] = {{0, 192}, {256, 640}, {960, 2048}};
+
+Status CheckLanes(const std::string& path, uint64_t lanes_offset, uint64_t nlanes,
+                  uint64_t heap_offset) {
+  if (lanes_offset < kHeaderBytes || nlanes == 0 || nlanes > 65536 ||
+      lanes_offset + nlanes * kLaneBytes > heap_offset) {
+    return Status::Corruption(path + ": pool descriptor names impossible lanes");
+  }
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::IOError(path + ": " + std::strerror(errno));
+  std::string lanes(nlanes * kLaneBytes, '\0');
+  bool ok = pread(fd, lanes.data(), lanes.size(), static_cast<off_t>(lanes_offset)) ==
+            static_cast<ssize_t>(lanes.size());
+  close(fd);
+  if (!ok) return Status::IOError(path + ": cannot read the lanes");
+  for (uint64_t l = 0; l < nlanes; ++l) {
+    for (const LaneLog& log : kLaneLogs) {
+      const char* hdr = lanes.data() + l * kLaneBytes + log.offset;
+      if (Load64(hdr + 8) != 0 || Load64(hdr + 16) > log.capacity || Load64(hdr + 40) != 0 ||
+          Load64(hdr + 48) != 0 || Load64(hdr + 56) != 0) {
+        return Status::Corruption(path + ": log header of lane " + std::to_string(l) +
+                                  " damaged");
+      }
+    }
+  }
+  return Status::OK();
+}
+
 // Facts read from a pool file before libpmemobj maps it.
 struct ImageInfo {
   uint64_t file_bytes = 0;
@@ -240,6 +275,8 @@ Status CheckImage(const std::string& path, ImageInfo* info) {
   h.assign(kHeaderBytes, '\0');
   Root root{};
   bool read_ok = pread(fd, h.data(), kHeaderBytes, 0) == static_cast<ssize_t>(kHeaderBytes);
+  const uint64_t lanes_offset = Load64(h.data() + kDescOff + PMEMOBJ_MAX_LAYOUT);
+  const uint64_t nlanes = Load64(h.data() + kDescOff + PMEMOBJ_MAX_LAYOUT + 8);
   const uint64_t heap_offset = Load64(h.data() + kDescHeapOffsetOff);
   const uint64_t heap_size = Load64(h.data() + kDescHeapSizeOff);
   const uint64_t root_offset = Load64(h.data() + kDescRootOffsetOff);
@@ -285,6 +322,12 @@ Status CheckImage(const std::string& path, ImageInfo* info) {
   }
   info->heap_offset = heap_offset;
   info->root_offset = root_offset;
+  // libpmemobj replays its lanes' logs at open and trusts their headers: a damaged
+  // `next` (extension log) or capacity makes it fault inside pmemobj_open. nvmw
+  // never needs an extension log (a publish has at most 4 actions), so next must
+  // be 0, the capacity at most the lane's fixed size, the unused words zero.
+  Status s = CheckLanes(path, lanes_offset, nlanes, heap_offset);
+  if (!s.ok()) return s;
   if (root_offset == 0 || root_size != sizeof(Root) || !root_read || root_offset < heap_offset) {
     return Status::Corruption(path + ": root object missing or damaged (offset " +
                               std::to_string(root_offset) + ", " + std::to_string(root_size) +

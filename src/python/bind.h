@@ -68,6 +68,7 @@ nb::dict StatsToDict(const WindowStats& stats);
 
 void BindCore(nb::module_& m);         // bind_core.cc: Status errors, engines, middleware
 void BindEngineBench(nb::module_& m);  // bind_engine_bench.cc: `nvmw bench engine`
+void BindEngineCheck(nb::module_& m);  // bind_engine_check.cc: `nvmw check`
 void BindOverheadBench(nb::module_& m);// bind_overhead.cc: `nvmw bench overhead`
 void BindDevice(nb::module_& m);       // bind_device.cc: device model, emulated device
 void BindTrace(nb::module_& m);        // bind_trace.cc: trace readers, synth, replay

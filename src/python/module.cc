@@ -8,6 +8,7 @@ NB_MODULE(_core, m) {
   m.doc() = "nvmw C++ core: engines, middleware, device model, workloads, benchmarks, simulator";
   nvmw::py::BindCore(m);
   nvmw::py::BindEngineBench(m);
+  nvmw::py::BindEngineCheck(m);
   nvmw::py::BindOverheadBench(m);
   nvmw::py::BindDevice(m);
   nvmw::py::BindTrace(m);

@@ -153,6 +153,20 @@ TEST_F(DamageTest, FlippedHeaderBytesAreRefusedUnchanged) {
   EXPECT_NE(s.message().find("root"), std::string::npos) << s.message();
 }
 
+// Found by fuzz/pool_image_fuzz.cc: a damaged log header in one of libpmemobj's
+// lanes made pmemobj_open itself fault (SIGFPE); it is now refused beforehand.
+TEST_F(DamageTest, FlippedLaneLogHeaderIsRefusedUnchanged) {
+  uint64_t lanes;
+  std::memcpy(&lanes, pristine_.data() + 4096 + PMEMOBJ_MAX_LAYOUT, 8);
+  for (size_t field : {size_t{960 + 10}, size_t{256 + 17}, size_t{40}}) {
+    std::string img = pristine_;
+    img[lanes + 485 * 3072 + field] ^= 0x09;
+    Status s = ExpectRefusedUnchanged(img);
+    EXPECT_TRUE(s.IsCorruption()) << field << ": " << s.ToString();
+    EXPECT_NE(s.message().find("lane"), std::string::npos) << s.message();
+  }
+}
+
 TEST_F(DamageTest, FlippedLinkIsRefusedAndSalvageKeepsTheRest) {
   const size_t link = LinkTo(7);
   for (int bit : {3, 12, 29, 45, 62}) {  // misaligned, inside the pool, far outside

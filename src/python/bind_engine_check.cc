@@ -1,0 +1,53 @@
+// Binding of CheckPmemPool (`nvmw check`): examine a pool file without modifying
+// it, optionally salvaging every intact entry into a new pool.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <string>
+
+#include "python/bind.h"
+
+namespace nvmw::py {
+
+void BindEngineCheck(nb::module_& m) {
+  m.def(
+      "check_pmem_pool",
+      [](const std::string& path, const std::string& salvage_to, uint64_t salvage_pool_size_bytes,
+         const std::string& scratch_dir) {
+        PmemCheckOptions o;
+        o.salvage_path = salvage_to;
+        o.salvage_options.pool_size_bytes = salvage_pool_size_bytes;
+        o.scratch_dir = scratch_dir;
+        PmemCheckReport r;
+        Status s;
+        {
+          nb::gil_scoped_release release;
+          s = CheckPmemPool(path, o, &r);
+        }
+        ThrowIfError(s);
+        nb::dict d;
+        d["readable"] = r.readable;
+        d["format_version"] = r.format_version;
+        d["entries_ok"] = r.entries_ok;
+        d["entries_damaged"] = r.entries_damaged;
+        d["links_damaged"] = r.links_damaged;
+        d["unreachable"] = r.unreachable;
+        d["salvaged"] = r.salvaged;
+        d["clean"] = r.clean();
+        nb::list problems;
+        for (const std::string& p : r.problems) problems.append(nb::str(p.data(), p.size()));
+        d["problems"] = problems;
+        return d;
+      },
+      nb::arg("path"), nb::arg("salvage_to") = "",
+      nb::arg("salvage_pool_size_bytes") = PmemOptions().pool_size_bytes,
+      nb::arg("scratch_dir") = "",
+      "Check the pmem pool at `path` without modifying it (libpmemobj maps a sparse scratch\n"
+      "copy in `scratch_dir`, default the pool's directory). Returns a dict: readable,\n"
+      "format_version, entries_ok, entries_damaged, links_damaged, unreachable, salvaged,\n"
+      "clean and problems (one line each). With `salvage_to`, every intact entry is copied\n"
+      "into a new pool there. Raises NotFoundError, StorageIOError, InvalidArgumentError\n"
+      "(salvage target exists).");
+}
+
+}  // namespace nvmw::py

@@ -1,0 +1,113 @@
+"""`nvmw check` and `--salvage` on intact, damaged, foreign and non-UTF-8 pool files."""
+import json
+import os
+
+import pytest
+
+import nvmw
+from nvmw.cli import main
+from nvmw.errors import CorruptionError
+
+KEYS = 60
+
+
+def _value(i: int) -> bytes:
+    return b"value-%d-" % i + b"x" * (20 + i)
+
+
+@pytest.fixture
+def pool(shm_dir):
+    path = os.path.join(shm_dir, "p.pool")
+    eng = nvmw.open_engine("pmem", path, pool_size=16 << 20)
+    for i in range(KEYS):
+        eng.put(b"key-%d" % i, _value(i))
+    del eng  # closes the pool
+    return path
+
+
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _flip(path, offset, mask=0x10):
+    data = bytearray(_read(path))
+    data[offset] ^= mask
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def test_intact_pool_is_clean(pool, capsys):
+    before = _read(pool)
+    assert main(["check", pool]) == 0
+    out = capsys.readouterr().out
+    assert "ok" in out and "%d intact entries" % KEYS in out
+    assert _read(pool) == before
+
+
+def test_damaged_entry_is_reported_and_salvage_keeps_the_rest(pool, shm_dir, capsys):
+    at = _read(pool).find(_value(17))
+    assert at > 0
+    _flip(pool, at + 3)
+    before = _read(pool)
+    out_pool = os.path.join(shm_dir, "salvaged.pool")
+    code = main(["check", pool, "--salvage", out_pool, "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1 and not report["clean"]
+    assert report["entries_damaged"] == 1 and report["entries_ok"] == KEYS - 1
+    assert any("key-17" in p for p in report["problems"])
+    assert report["salvaged"] == KEYS - 1
+    assert _read(pool) == before  # check never writes the checked pool
+    eng = nvmw.open_engine("pmem", out_pool, create_if_missing=False)
+    assert eng.count() == KEYS - 1
+    assert eng.get(b"key-17") is None
+    for i in range(KEYS):
+        if i != 17:
+            assert eng.get(b"key-%d" % i) == _value(i)
+    del eng
+    # The damaged pool still opens; the damaged key is refused, not served wrong.
+    eng = nvmw.open_engine("pmem", pool, create_if_missing=False)
+    with pytest.raises(CorruptionError, match="key-17"):
+        eng.get(b"key-17")
+    assert eng.get(b"key-18") == _value(18)
+
+
+def test_damaged_link_is_reported_in_text(pool, capsys):
+    data = _read(pool)
+    entry = data.find(b"key-5value-5-") - 40
+    link = next(p for p in range(8192, len(data), 8)
+                if data[p:p + 8] == entry.to_bytes(8, "little"))
+    _flip(pool, link + 1, 0x01)
+    assert main(["check", pool]) == 1
+    out = capsys.readouterr().out
+    assert "DAMAGED" in out and "damaged links" in out and "  bucket " in out
+    with pytest.raises(CorruptionError, match="nvmw check --salvage"):
+        nvmw.open_engine("pmem", pool, create_if_missing=False)
+
+
+def test_foreign_file_is_one_line(shm_dir, capsys):
+    path = os.path.join(shm_dir, "foreign")
+    with open(path, "wb") as f:
+        f.write(b"not a pool\n" * (1 << 20))
+    assert main(["check", path]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "PMEMOBJ" in err and "Traceback" not in err
+
+
+def test_non_utf8_layout_is_a_clear_error(pool, capsys):
+    data = bytearray(_read(pool))
+    data[4096:4096 + 4] = b"\xff\xfe\x80\x00"  # the layout name
+    with open(pool, "wb") as f:
+        f.write(data)
+    assert main(["check", pool]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "\\xff\\xfe\\x80" in err
+    with pytest.raises(CorruptionError, match="layout"):
+        nvmw.open_engine("pmem", pool, create_if_missing=False)
+    assert _read(pool) == bytes(data)
+
+
+def test_salvage_target_must_be_new(pool, shm_dir):
+    other = os.path.join(shm_dir, "exists")
+    open(other, "wb").close()
+    assert main(["check", pool, "--salvage", other]) == 1
