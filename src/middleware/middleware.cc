@@ -65,6 +65,7 @@ Status Middleware::Impl::Start(Engine* engine, int interactive_threads, int batc
   if (!s.ok()) return s;
   db = engine;
   start_ns = NowNs();
+  FastNowNs();  // calibrates the request clock (once per process) here, not in a request
   if (options.control) {
     // Caller-runs queues only async tasks that hold a permit: at most max_threads.
     const size_t capacity = UsesPermits() ? static_cast<size_t>(options.max_threads) + 1
