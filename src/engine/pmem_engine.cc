@@ -121,9 +121,36 @@ struct Entry {
 static_assert(sizeof(Entry) == 40);
 constexpr size_t kCheckedFrom = offsetof(Entry, hash);
 
+}  // namespace
+namespace engine_internal {
+uint64_t Xxh3Avx2(const void* data, size_t n);  // entry_checksum_avx2.cc
+uint64_t Xxh3Avx2Two(const void* a, size_t na, const void* b, size_t nb);
+}  // namespace engine_internal
+namespace {
+
+// Large inputs go to the AVX2 build of XXH3 where the CPU has it (about twice the
+// SSE2 speed); short ones stay inline.
+const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
+constexpr size_t kAvx2From = 2048;
+
+uint64_t Hash(const void* data, size_t n) {
+  if (n >= kAvx2From && kHaveAvx2) return engine_internal::Xxh3Avx2(data, n);
+  return XXH3_64bits(data, n);
+}
+
+// The hash of a followed by b, as if contiguous.
+uint64_t Hash2(const void* a, size_t na, const void* b, size_t nb) {
+  if (kHaveAvx2) return engine_internal::Xxh3Avx2Two(a, na, b, nb);
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  XXH3_64bits_update(&state, a, na);
+  XXH3_64bits_update(&state, b, nb);
+  return XXH3_64bits_digest(&state);
+}
+
 uint64_t EntryCheck(const Entry* e) {
-  return XXH3_64bits(reinterpret_cast<const char*>(e) + kCheckedFrom,
-                     e->value_off + e->value_len - kCheckedFrom);
+  return Hash(reinterpret_cast<const char*>(e) + kCheckedFrom,
+              e->value_off + e->value_len - kCheckedFrom);
 }
 
 // Header lengths that stay inside an object of `usable` bytes.
@@ -683,12 +710,8 @@ Status PmemEngine::Put(std::string_view key, std::string_view value) {
     // then a non-temporal copy of the bulk and one flush of the header (+key,
     // padding) whose drain also orders the copy.
     std::memset(e->key + key.size(), 0, value_off - head);
-    XXH3_state_t state;
-    XXH3_64bits_reset(&state);
-    XXH3_64bits_update(&state, reinterpret_cast<const char*>(e) + kCheckedFrom,
-                       value_off - kCheckedFrom);
-    XXH3_64bits_update(&state, value.data(), value.size());
-    e->check = XXH3_64bits_digest(&state);
+    e->check = Hash2(reinterpret_cast<const char*>(e) + kCheckedFrom, value_off - kCheckedFrom,
+                     value.data(), value.size());
     pmemobj_memcpy(pop_, dst, value.data(), value.size(),
                    PMEMOBJ_F_MEM_NODRAIN | PMEMOBJ_F_MEM_NONTEMPORAL);
     pmemobj_persist(pop_, e, value_off);
