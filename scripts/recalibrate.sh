@@ -15,8 +15,9 @@
 # (bench/, python/nvmw/data/{sla,sim,agents}/, docs/sim-check.png) after each step.
 # --dry-run: a tiny version of every step (2 grid values, 1 window, a few episodes) whose
 # results stay in build/recalibrate-dry.
-# Knobs (environment): GRID ("1 2 4 8 16 32"), WINDOWS (6), NC_WINDOWS (30), FIT_EVALS (200),
-# FIT_WINDOWS (8), SEED (3), and train-agent.sh's NVMW_* variables.
+# Knobs (environment): GRID ("1 2 4 8 16 32"), WINDOWS (12), NC_WINDOWS (40), FIT_EVALS (100),
+# FIT_WINDOWS (4), SEED (3), and train-agent.sh's NVMW_* variables. The defaults are the
+# shipped run's: the sweep takes about 5 min, the fit 4 min, the agent 10 min on 2 cores.
 # Needs the package installed (scripts/setup.sh) or NVMW_DEV_CORE_DIR/PYTHONPATH set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,16 +37,18 @@ if (( dry )); then
   export NVMW_TUNE_CV=${NVMW_TUNE_CV:-2} NVMW_FQI_ITERATIONS=${NVMW_FQI_ITERATIONS:-1}
   sweep=$work/results-calibration-sweep.json nc=$work/results-nocontrol-windows.json
   sla=$work/calibrated-$dev.toml oracle=$work/oracle-$dev.json sim=$work/sim-$dev.json
-  check_png=$work/sim-check.png agents=$work/agents start=$work/sim-fit-start.json
+  check_png=$work/sim-check.png check_json=$work/results-sim-check.json agents=$work/agents
+  start=$work/sim-fit-start.json
   eval_steps=60 eval_switch=10
 else
   work=build/recalibrate
   sweep=bench/results-calibration-sweep.json nc=bench/results-nocontrol-windows.json
   sla=python/nvmw/data/sla/calibrated-$dev.toml oracle=python/nvmw/data/sla/oracle-$dev.json
-  sim=python/nvmw/data/sim/$dev.json check_png=docs/sim-check.png agents=python/nvmw/data/agents
+  sim=python/nvmw/data/sim/$dev.json check_png=docs/sim-check.png check_json=bench/results-sim-check.json
+  agents=python/nvmw/data/agents
   start=bench/sim-fit-start.json eval_steps=1200 eval_switch=200
 fi
-: "${GRID:=1 2 4 8 16 32}" "${WINDOWS:=6}" "${NC_WINDOWS:=30}" "${FIT_EVALS:=200}" "${FIT_WINDOWS:=8}" "${SEED:=3}"
+: "${GRID:=1 2 4 8 16 32}" "${WINDOWS:=12}" "${NC_WINDOWS:=40}" "${FIT_EVALS:=100}" "${FIT_WINDOWS:=4}" "${SEED:=3}"
 mkdir -p "$work" "$agents"
 if (( force )); then
   rm -f "$work"/sweep.json "$work"/nocontrol.json "$work"/cal.toml "$work"/cal.oracle.json "$work"/sla.toml \
@@ -110,8 +113,13 @@ if [[ ! -s "$work/check-after.json" ]]; then
     > "$work/check-after.tmp.json"
   mv "$work/check-after.tmp.json" "$work/check-after.json"
 fi
-python3 - "$work/check-before.json" "$work/check-after.json" <<'EOF'
+python3 - "$work/check-before.json" "$work/check-after.json" "$check_json" "$FIT_WINDOWS" <<'EOF'
 import json, sys
+with open(sys.argv[3], "w") as fh:
+    json.dump({"run": {"windows_per_config": int(sys.argv[4]), "seed": 1,
+                       "before": "nvmw sim check SWEEP NOCONTROL --params <the previous fit>",
+                       "after": "nvmw sim check SWEEP NOCONTROL --params <the new fit> --plot <the check figure>"},
+               "before": json.load(open(sys.argv[1])), "after": json.load(open(sys.argv[2]))}, fh, indent=1)
 rows = []
 for label, path in (("before", sys.argv[1]), ("after", sys.argv[2])):
     try:
