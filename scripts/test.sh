@@ -55,9 +55,13 @@ cmake -S . -B build/asan-py -G Ninja -DNVMW_BUILD_PYTHON=ON -DNVMW_SANITIZE=addr
   -DCMAKE_BUILD_TYPE=Debug -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$PWD/build/asan-py" >/dev/null
 cmake --build build/asan-py --target _core -j"$JOBS"
 # The interpreter is not instrumented, so the ASan runtime is preloaded (it must come
-# first); leak checking is off because CPython keeps memory until exit by design.
+# first), and libstdc++ with it: otherwise ASan's C++ throw interceptor finds no real
+# __cxa_throw (libstdc++ arrives later, with the module) and aborts on the first
+# exception. Leak checking is off because CPython keeps memory until exit by design.
+# -s: a sanitizer report aborts the run, so it must not sit in pytest's capture.
 # Child interpreters of the tests inherit the environment and run instrumented too.
-LD_PRELOAD="$(${CXX:-c++} -print-file-name=libasan.so)" \
+CXX_=${CXX:-c++}
+LD_PRELOAD="$($CXX_ -print-file-name=libasan.so) $($CXX_ -print-file-name=libstdc++.so)" \
 ASAN_OPTIONS="detect_leaks=0:abort_on_error=1" UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
 NVMW_DEV_CORE_DIR="$PWD/build/asan-py" PYTHONPATH="$PWD/python" \
-  $PY -m pytest -q -p no:cacheprovider tests/python/test_lifetime.py
+  $PY -m pytest -q -s -p no:cacheprovider tests/python/test_lifetime.py
