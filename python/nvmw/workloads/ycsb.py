@@ -77,7 +77,8 @@ class YcsbWorkload:
     """One YCSB run against a middleware: `load()`, then `run()` or
     `start()` ... `stop()` / `join()` in the background.
 
-    The middleware must be running and must outlive the workload. Results are dicts:
+    The middleware must be running; the workload shares it, and closing it ends the run
+    (each client stops at its first ShutdownError). Results are dicts:
     ``{"elapsed_s", "all", "read", "update", "insert", "intervals", ...}``, each
     op dict holding ops, errors, not_found, ops_per_s, mean/min/max/p50/p99/p999 (µs).
     """
