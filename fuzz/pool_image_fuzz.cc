@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -69,6 +70,10 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   if (mkdtemp(tmpl) == nullptr) std::abort();
   g_dir = tmpl;
   g_pool = g_dir + "/pool";
+  std::atexit([] {
+    std::error_code ec;
+    std::filesystem::remove_all(g_dir, ec);
+  });
   nvmw::PmemOptions o = Options();
   o.create_if_missing = true;
   {

@@ -231,6 +231,7 @@ std::string PmemError() {
 
 // libpmemobj 1.x lane: three logs (internal redo, external redo, undo) in 3 KB,
 // each with a 64-byte header {checksum, next, capacity, gen_num, flags, unused[3]}.
+// Redo logs are replayed only when their checksum matches; the undo log is not.
 constexpr uint64_t kLaneBytes = 3072;
 struct LaneLog {
   uint64_t offset;
@@ -257,6 +258,16 @@ Status CheckLanes(const std::string& path, uint64_t lanes_offset, uint64_t nlane
       if (Load64(hdr + 8) != 0 || Load64(hdr + 16) > log.capacity || Load64(hdr + 40) != 0 ||
           Load64(hdr + 48) != 0 || Load64(hdr + 56) != 0) {
         return Status::Corruption(path + ": log header of lane " + std::to_string(l) +
+                                  " damaged");
+      }
+    }
+    // The undo log serves transactions only, which nvmw never runs: it stays all
+    // zero but its capacity. libpmemobj replays undo entries without a checksum,
+    // so a flipped byte there made pmemobj_open write through a wild pointer.
+    const char* undo = lanes.data() + l * kLaneBytes + kLaneLogs[2].offset;
+    for (size_t i = 0; i < kLaneBytes - kLaneLogs[2].offset; i += 8) {
+      if (i != 16 && Load64(undo + i) != 0) {
+        return Status::Corruption(path + ": undo log of lane " + std::to_string(l) +
                                   " damaged");
       }
     }
