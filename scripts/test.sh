@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: the C++ suites (GoogleTest via CTest), the middleware suites
-# again under ThreadSanitizer, the middleware, engine and workload suites under
-# AddressSanitizer + UndefinedBehaviorSanitizer, the Python suite (pytest, warnings
-# are errors), and the Python lifetime tests once more against an ASan/UBSan build
-# of the module.
+# again under ThreadSanitizer, the middleware, engine and workload suites and the
+# Python lifetime tests under AddressSanitizer + UndefinedBehaviorSanitizer, and the
+# Python suite (pytest, warnings are errors). With CI=true, also 60 s of fuzzing.
 # Expects scripts/setup.sh to have run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,42 +17,32 @@ ctest --test-dir build/tests --output-on-failure -j"$JOBS"
 echo "== C++ middleware tests under ThreadSanitizer"
 cmake -S . -B build/tsan -G Ninja -DNVMW_BUILD_TESTS=ON -DNVMW_SANITIZE=thread \
   -DCMAKE_BUILD_TYPE=Debug >/dev/null
-cmake --build build/tsan -j"$JOBS"
+# Only the test executables (and helper tools) of the given roles: bounds the sanitizer builds.
+role_targets() {
+  local role f
+  for role in "$@"; do
+    for f in tests/cpp/"$role"/*_test.cc tests/cpp/"$role"/*_tool.cc; do
+      if [ -e "$f" ]; then basename "$f" .cc; fi
+    done
+  done
+}
+# shellcheck disable=SC2046
+cmake --build build/tsan -j"$JOBS" --target $(role_targets middleware)
 # setarch -R: TSan's shadow mapping fails with the high ASLR entropy of newer kernels.
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   setarch "$(uname -m)" -R ctest --test-dir build/tsan --output-on-failure -L middleware -j"$JOBS"
 
-echo "== C++ middleware, engine and workload tests under AddressSanitizer + UBSan"
-cmake -S . -B build/asan -G Ninja -DNVMW_BUILD_TESTS=ON -DNVMW_SANITIZE=address \
-  -DCMAKE_BUILD_TYPE=Debug >/dev/null
-# Only these roles' test executables and helper tools, to bound the build.
-ASAN_TARGETS=$(for f in tests/cpp/{middleware,engine,workload}/*_{test,tool}.cc; do
-  [ -e "$f" ] && basename "$f" .cc; done)
-# shellcheck disable=SC2086
-cmake --build build/asan -j"$JOBS" --target $ASAN_TARGETS
+echo "== C++ middleware, engine and workload tests, and the Python lifetime tests, under ASan + UBSan"
+# One build for both: the test executables and the module share the instrumented libraries.
+cmake -S . -B build/asan -G Ninja -DNVMW_BUILD_TESTS=ON -DNVMW_BUILD_PYTHON=ON \
+  -DNVMW_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$PWD/build/asan/py" >/dev/null
+# shellcheck disable=SC2046
+cmake --build build/asan -j"$JOBS" --target $(role_targets middleware engine workload) _core
 ASAN_OPTIONS="abort_on_error=1:detect_stack_use_after_return=1" \
 UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
 LSAN_OPTIONS="suppressions=$PWD/tests/cpp/engine/lsan.supp" \
   ctest --test-dir build/asan --output-on-failure -L 'middleware|engine|workload' -j"$JOBS"
-
-if [ "${CI:-}" = "true" ]; then
-  # Bounded: damaged pool images (byte patches on a small valid pool) must never
-  # crash, be modified by a refused open, or serve a wrong value. A crash fails CI.
-  echo "== pool image fuzzing (60 s)"
-  cmake -S . -B build/fuzz -G Ninja -DNVMW_BUILD_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  cmake --build build/fuzz -j"$JOBS" --target pool_image_fuzz
-  PMEM_IS_PMEM_FORCE=1 build/fuzz/pool_image_fuzz -max_total_time=60 -max_len=256 \
-    -rss_limit_mb=4096 -timeout=60 -print_final_stats=1
-fi
-
-echo "== Python tests"
-$PY -m pytest -q tests/python
-
-echo "== Python lifetime tests against an ASan/UBSan build of the module"
-cmake -S . -B build/asan-py -G Ninja -DNVMW_BUILD_PYTHON=ON -DNVMW_SANITIZE=address \
-  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$PWD/build/asan-py" >/dev/null
-cmake --build build/asan-py --target _core -j"$JOBS"
 # The interpreter is not instrumented, so the ASan runtime is preloaded (it must come
 # first), and libstdc++ with it: otherwise ASan's C++ throw interceptor finds no real
 # __cxa_throw (libstdc++ arrives later, with the module) and aborts on the first
@@ -63,5 +52,20 @@ cmake --build build/asan-py --target _core -j"$JOBS"
 CXX_=${CXX:-c++}
 LD_PRELOAD="$($CXX_ -print-file-name=libasan.so) $($CXX_ -print-file-name=libstdc++.so)" \
 ASAN_OPTIONS="detect_leaks=0:abort_on_error=1" UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
-NVMW_DEV_CORE_DIR="$PWD/build/asan-py" PYTHONPATH="$PWD/python" \
+NVMW_DEV_CORE_DIR="$PWD/build/asan/py" PYTHONPATH="$PWD/python" \
   $PY -m pytest -q -s -p no:cacheprovider tests/python/test_lifetime.py
+
+if [ "${CI:-}" = "true" ]; then
+  # Bounded: damaged pool images (byte patches on a small valid pool) must never
+  # crash, be modified by a refused open, or serve a wrong value. A crash fails CI.
+  echo "== pool image fuzzing (300 inputs, fixed seed, at most 120 s)"
+  cmake -S . -B build/fuzz -G Ninja -DNVMW_BUILD_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build build/fuzz -j"$JOBS" --target pool_image_fuzz
+  PMEM_IS_PMEM_FORCE=1 build/fuzz/pool_image_fuzz -seed=1 -runs=300 -max_total_time=120 \
+    -max_len=256 -rss_limit_mb=4096 -timeout=60 -print_final_stats=1
+fi
+
+echo "== Python tests"
+$PY -m pytest -q tests/python
+
