@@ -50,3 +50,13 @@ def test_fit_moves_only_the_named_parameters():
     assert "spin_us" in FITTABLE and set(FIT_NAMES) < set(FITTABLE)
     with pytest.raises(ValueError, match="cannot fit"):
         fit(rows, window_s=0.1, names=("cores",))
+
+
+def test_train_with_no_episodes_is_pretraining_only(tmp_path, capsys):
+    assert main(["collect", "--env", "synthetic", "--episodes", "1", "--steps", "20", "--phases", "1", "2",
+                 "--out", str(tmp_path / "t.npz")]) == 0
+    capsys.readouterr()
+    assert main(["train", "--env", "synthetic", "--transitions", str(tmp_path / "t.npz"), "--episodes", "0",
+                 "--fqi-iterations", "2", "--phases", "1", "2", "--out", str(tmp_path / "a.joblib")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["final_median_reward_per_phase"] == {"1": None, "2": None} and (tmp_path / "a.joblib").exists()

@@ -78,7 +78,9 @@ def run(args) -> int:
     plot_curve(history, curve, header)
     print(json.dumps({"out": args.out, "curve": curve, "training": timings,
                       "total_wall_s": round(time.monotonic() - t_start, 1),
-                      "final_median_reward_per_phase": {str(ph): [r["reward_median"] for r in history
-                                                                  if r["phase"] == ph][-1] for ph in args.phases},
+                      # None for a phase without Q-learning episodes (--episodes 0: pretraining only)
+                      "final_median_reward_per_phase": {str(ph): ([r["reward_median"] for r in history
+                                                                   if r["phase"] == ph] or [None])[-1]
+                                                        for ph in args.phases},
                       **header}, indent=2))
     return 0

@@ -81,7 +81,8 @@ def plot_curve(history: Sequence[Mapping[str, Any]], path: str, header: Mapping[
     axes[0].set_ylabel("median step reward")
     axes[1].set_xlabel("episode (per phase)")
     axes[1].set_ylabel("epsilon")
-    axes[0].legend(fontsize=7)
+    if phases:  # no Q-learning episodes (pretraining only): empty axes, no legend
+        axes[0].legend(fontsize=7)
     fig.suptitle(f"Q-learning: env {header['env']}, device {header['device']}, window {header['window_s']} s, "
                  f"SLA {header['sla']}", fontsize=8)
     fig.tight_layout()
