@@ -2,7 +2,7 @@
 # Runs every test: the C++ suites (GoogleTest via CTest), the middleware suites
 # again under ThreadSanitizer, the middleware, engine and workload suites and the
 # Python lifetime tests under AddressSanitizer + UndefinedBehaviorSanitizer, and the
-# Python suite (pytest, warnings are errors). With CI=true, also 60 s of fuzzing.
+# Python suite (pytest, warnings are errors). With CI=true, also 300 fuzz inputs over damaged pool images.
 # Expects scripts/setup.sh to have run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
