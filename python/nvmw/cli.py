@@ -37,9 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except (NvmwError, FileNotFoundError, ValueError) as e:
-        # Expected failures (bad input, missing files, pool errors): one clear line.
+    except (NvmwError, OSError, ValueError, OverflowError) as e:
+        # Expected failures (bad input, missing or unwritable files, pool errors): one clear line.
         print(f"nvmw {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except MemoryError:
+        print(f"nvmw {args.command}: error: out of memory", file=sys.stderr)
         return 1
 
 

@@ -46,7 +46,7 @@ def add_store_args(p: argparse.ArgumentParser, *, device_default: str = "none", 
     p.add_argument("--pool", dest="path", action=_DeprecatedAlias, new_name="--path", help=argparse.SUPPRESS)
     p.add_argument("--device", default=device_default,
                    help="emulated device profile: none | optane-1dimm | optane-6dimm (default %(default)s)")
-    p.add_argument("--window", type=float, default=window_default,
+    p.add_argument("--window", type=float_in(0.0, 3600.0), default=window_default,
                    help="monitor window, s (default %(default)s)")
 
 
@@ -61,8 +61,8 @@ def add_env_args(p: argparse.ArgumentParser, *, window_default: float = 0.1, ste
     p.add_argument("--sla", default=None, help="SLA spec: a TOML path or a shipped name (thesis, "
                    "calibrated-optane-1dimm); default: the calibrated spec for --device")
     if steps:
-        p.add_argument("--steps", type=int, default=200, help="steps per episode (default %(default)s)")
-    p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--steps", type=positive_int, default=200, help="steps per episode (default %(default)s)")
+    p.add_argument("--seed", type=int_in(0, (1 << 64) - 1), default=0)
 
 
 def env_from_args(args, *, control: bool = True, phase: int = 1) -> ControlEnv:
@@ -105,8 +105,8 @@ def add_pool_args(p: argparse.ArgumentParser, default: tuple, *, any_controller:
     names = " | ".join(CONTROLLER_NAMES) if any_controller else "none (no-control baseline) | fixed:I,B"
     p.add_argument("--controller", default=None, help=f"{names} (default fixed:{default[0]},{default[1]})")
     p.add_argument("--no-control", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--interactive-threads", type=int, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--batch-threads", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--interactive-threads", type=positive_int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--batch-threads", type=positive_int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(pool_default=tuple(default))
 
 
@@ -131,3 +131,78 @@ def pool_config(args) -> tuple[bool, int, int]:
     if isinstance(ctl, NoControl):
         return False, i, b
     return True, ctl.interactive, ctl.batch
+
+
+# --- numbers and output paths checked at parse time ------------------------------------
+
+_INT64_MAX = (1 << 63) - 1
+
+
+def _number(kind, text: str, lo, hi, what: str):
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}")
+    if kind is float and value != value:  # NaN
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise argparse.ArgumentTypeError(f"{text} is out of range: must be {what}")
+    return value
+
+
+def int_in(lo: int = 1, hi: int = _INT64_MAX):
+    """argparse type: an integer in [lo, hi] (default: positive). Refuses out-of-range
+    values at parse time with the range in the message, before any binding sees them."""
+    what = f">= {lo}" if hi == _INT64_MAX else f"between {lo} and {hi}"
+
+    def parse(text: str) -> int:
+        return _number(int, text, lo, hi, what)
+    parse.__name__ = "integer"
+    return parse
+
+
+def float_in(lo: float = 0.0, hi: float = float("inf"), *, strict: bool = True):
+    """argparse type: a finite number > lo (>= lo with strict=False), <= hi."""
+    def parse(text: str) -> float:
+        value = _number(float, text, None, None, "")
+        if value in (float("inf"), float("-inf")) or (value <= lo if strict else value < lo) or value > hi:
+            bound = f"> {lo:g}" if strict else f">= {lo:g}"
+            what = bound if hi == float("inf") else f"{bound} and <= {hi:g}"
+            raise argparse.ArgumentTypeError(f"{text} is out of range: must be {what}")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
+positive_int = int_in(1)
+nonneg_int = int_in(0)
+positive_float = float_in(0.0)
+nonneg_float = float_in(0.0, strict=False)
+fraction = float_in(0.0, 1.0, strict=False)
+
+
+def check_output_file(path: Optional[str], option: str) -> None:
+    """Refuse, before a long run, an output file whose directory is missing and cannot be
+    created or is not writable (the results would otherwise be lost at the end)."""
+    if path is None:
+        return
+    parent = os.path.dirname(os.path.abspath(path)) or "."
+    check_output_dir(parent, option)
+    if os.path.isdir(path):
+        raise ValueError(f"{option} {path}: is a directory")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise ValueError(f"{option} {path}: not writable")
+
+
+def check_output_dir(path: Optional[str], option: str) -> None:
+    """Create the output directory now (as the run would at its end) and check it is writable."""
+    if path is None:
+        return
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{option} {path}: cannot create the output directory ({e.strerror})") from None
+    if not os.path.isdir(path):
+        raise ValueError(f"{option} {path}: not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"{option} {path}: output directory is not writable")

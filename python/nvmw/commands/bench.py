@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
+from nvmw.commands._args import int_in, nonneg_int, positive_int
 from nvmw import _core
 from nvmw.commands._util import cores, ensure_pmem_force, print_json
 
@@ -22,8 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         description="Sync round-trip latency through the middleware (memory engine, "
                         "1 interactive worker) against a raw two-thread wake-up round trip and the "
                         "direct engine call, plus async ops/s, all measured in one run.")
-    o.add_argument("--ops", type=int, default=200_000, help="sync round trips measured (default %(default)s)")
-    o.add_argument("--async-ops", type=int, default=2_000_000, help="async requests submitted (default %(default)s)")
+    o.add_argument("--ops", type=positive_int, default=200_000, help="sync round trips measured (default %(default)s)")
+    o.add_argument("--async-ops", type=positive_int, default=2_000_000, help="async requests submitted (default %(default)s)")
     o.add_argument("--json", action="store_true", help="print one JSON object (default: also JSON)")
     o.set_defaults(func=run_overhead)
 
@@ -33,10 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "keys of 800 KB, 2 threads.")
     e.add_argument("--engine", choices=["pmem", "memory"], default="pmem")
     e.add_argument("--pool-dir", default="/dev/shm", help="directory of the temporary pool (default %(default)s)")
-    e.add_argument("--threads", type=int, default=2)
-    e.add_argument("--small-keys", type=int, default=100_000)
-    e.add_argument("--large-keys", type=int, default=256)
-    e.add_argument("--runs", type=int, default=1, help="repeat and report every run plus the median")
+    e.add_argument("--threads", type=int_in(1, 4096), default=2)
+    e.add_argument("--small-keys", type=nonneg_int, default=100_000)
+    e.add_argument("--large-keys", type=nonneg_int, default=256)
+    e.add_argument("--runs", type=positive_int, default=1, help="repeat and report every run plus the median")
     e.add_argument("--json", action="store_true", help="print one JSON object (default: also JSON)")
     e.set_defaults(func=run_engine)
 

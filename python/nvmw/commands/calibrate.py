@@ -14,6 +14,7 @@ import os
 import sys
 import time
 
+from nvmw.commands._args import check_output_file, fraction, nonneg_int, positive_float, positive_int
 from nvmw.commands._args import add_env_args, argv_of, env_from_args
 from nvmw.lab.calibration import calibrate, load_sweep, no_control_windows, save_oracle, save_sweep, sweep_env
 from nvmw.lab.capacity import DEFAULT_CLIENTS, measure_capacity
@@ -25,29 +26,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("calibrate", help="derive SLA goals and the oracle table from a sweep",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_env_args(p, steps=False)
-    p.add_argument("--grid", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32],
+    p.add_argument("--grid", type=positive_int, nargs="+", default=[1, 2, 4, 8, 16, 32],
                    help="thread counts swept for each pool (default %(default)s)")
-    p.add_argument("--windows", type=int, default=5, help="measured windows per configuration (default %(default)s)")
-    p.add_argument("--phases", type=int, nargs="+", default=list(DEFAULT_PHASES),
+    p.add_argument("--windows", type=positive_int, default=5, help="measured windows per configuration (default %(default)s)")
+    p.add_argument("--phases", type=positive_int, nargs="+", default=list(DEFAULT_PHASES),
                    help="phases swept (default %(default)s)")
     p.add_argument("--rule", choices=("attain", "quantile"), default="attain",
                    help="attain (default): the tightest goals the best configuration of every phase "
                    "meets on --attain of its windows; quantile: the --quantile of the configurations' "
                    "medians (the first calibration)")
-    p.add_argument("--attain", type=float, default=0.9,
+    p.add_argument("--attain", type=fraction, default=0.9,
                    help="rule attain: fraction of windows the goals must hold (default %(default)s)")
-    p.add_argument("--quantile", type=float, default=0.25,
+    p.add_argument("--quantile", type=fraction, default=0.25,
                    help="rule quantile: goal quantile across configurations (default %(default)s)")
     p.add_argument("--out", default=None, help="SLA spec TOML to write (with --capacity: the capacity JSON)")
     p.add_argument("--capacity", action="store_true", help="measure this machine's capacity instead of "
                    "sweeping (device bandwidth and interactive capacity; JSON)")
-    p.add_argument("--capacity-clients", type=int, nargs="+", default=list(DEFAULT_CLIENTS),
+    p.add_argument("--capacity-clients", type=positive_int, nargs="+", default=list(DEFAULT_CLIENTS),
                    help="--capacity: closed-loop client counts tried (default %(default)s)")
-    p.add_argument("--capacity-duration", type=float, default=2.0,
+    p.add_argument("--capacity-duration", type=positive_float, default=2.0,
                    help="--capacity: seconds per client count (default %(default)s)")
     p.add_argument("--oracle-out", default=None, help="oracle table JSON to write (default: next to --out)")
     p.add_argument("--sweep-out", default=None, help="also write the raw sweep rows (JSON)")
-    p.add_argument("--no-control-windows", type=int, default=0,
+    p.add_argument("--no-control-windows", type=nonneg_int, default=0,
                    help="also measure this many no-control windows per phase (after the sweep; needs "
                    "--no-control-out): the baseline `nvmw sim fit` and `nvmw sim check` compare against")
     p.add_argument("--no-control-out", default=None, help="where to write the no-control windows (JSON, "
@@ -84,6 +85,8 @@ def _measured(args) -> dict:
 
 
 def run(args) -> int:
+    for opt in ("out", "oracle_out", "sweep_out", "no_control_out"):
+        check_output_file(getattr(args, opt), "--" + opt.replace("_", "-"))
     if args.capacity:
         return _capacity(args)
     if not args.out:

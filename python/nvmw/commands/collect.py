@@ -6,6 +6,7 @@ import argparse
 import json
 import time
 
+from nvmw.commands._args import check_output_file, positive_int
 from nvmw.commands._args import add_env_args, env_from_args
 from nvmw.lab.runs import run_header
 from nvmw.rl.pretrain import collect_transitions, save_transitions
@@ -16,14 +17,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("collect", help="random-agent transitions for pretraining (.npz)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_env_args(p)
-    p.add_argument("--episodes", type=int, default=150, help="episodes per phase (default %(default)s, as the thesis)")
-    p.add_argument("--phases", type=int, nargs="+", default=list(DEFAULT_PHASES),
+    p.add_argument("--episodes", type=positive_int, default=150, help="episodes per phase (default %(default)s, as the thesis)")
+    p.add_argument("--phases", type=positive_int, nargs="+", default=list(DEFAULT_PHASES),
                    help="phases (default %(default)s)")
     p.add_argument("--out", required=True, help="transitions file to write (.npz)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    check_output_file(args.out, "--out")
     env = env_from_args(args)
     t0 = time.monotonic()
     try:

@@ -11,6 +11,7 @@ import json
 import os
 import sys
 
+from nvmw.commands._args import check_output_dir, positive_float, positive_int
 from nvmw.commands._util import ensure_pmem_force
 from nvmw.lab.demo import demo_comparison, ranking_table
 from nvmw.lab.interference import InterferenceConfig, format_table, plot, run_interference
@@ -22,13 +23,13 @@ from nvmw.workloads.phases import DEFAULT_PHASES, describe_phase_set
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="end-to-end demo: interference table, sweep, controllers",
                        description=__doc__)
-    p.add_argument("--duration", type=float, default=4.0, help="seconds per scenario (default %(default)s)")
-    p.add_argument("--clients", type=int, default=100, help="clients per pool (default %(default)s)")
+    p.add_argument("--duration", type=positive_float, default=4.0, help="seconds per scenario (default %(default)s)")
+    p.add_argument("--clients", type=positive_int, default=100, help="clients per pool (default %(default)s)")
     p.add_argument("--engine", choices=["pmem", "memory"], default="pmem")
     p.add_argument("--device", default="none", help="emulated device profile (default %(default)s)")
     p.add_argument("-o", "--out", default="nvmw-demo", help="output directory (default %(default)s)")
     p.add_argument("--table-only", action="store_true", help="only the interference table")
-    p.add_argument("--segment", type=int, default=50,
+    p.add_argument("--segment", type=positive_int, default=50,
                    help="windows of 0.1 s per phase segment in the controller comparison; every phase of "
                         "the default set runs once (default %(default)s)")
     p.add_argument("--sweep", action="store_true", help="also run the quick concurrency sweep (about 1.5 min)")
@@ -36,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_dir(args.out, "--out")
     if args.engine == "pmem":
         ensure_pmem_force(args.argv)  # the demo's pool lives on tmpfs
     os.makedirs(args.out, exist_ok=True)

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 
+from nvmw.commands._args import int_in, nonneg_int, positive_int
 from nvmw.devices import list_profiles, load_profile, profile_to_dict
 from nvmw.lab.device import bench, curve_table, plot
 
@@ -26,18 +27,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     q = dsub.add_parser("curve", help="model bandwidth and service time vs threads")
     q.add_argument("profile")
-    q.add_argument("--bytes", type=int, default=2 << 20, help="access size (default %(default)s)")
-    q.add_argument("--max-threads", type=int, default=32, help="(default %(default)s)")
+    q.add_argument("--bytes", type=int_in(1, 1 << 40), default=2 << 20, help="access size (default %(default)s)")
+    q.add_argument("--max-threads", type=int_in(1, 4096), default=32, help="(default %(default)s)")
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=_curve)
 
     q = dsub.add_parser("bench", help="real threads through the emulated device (JSON)")
     q.add_argument("profile")
     q.add_argument("--op", choices=["read", "write"], default="write")
-    q.add_argument("--threads", type=int, default=1)
-    q.add_argument("--bytes", type=int, default=1 << 20)
-    q.add_argument("--duration-ms", type=int, default=250)
-    q.add_argument("--warmup-ms", type=int, default=50)
+    q.add_argument("--threads", type=int_in(1, 4096), default=1)
+    q.add_argument("--bytes", type=int_in(1, 1 << 40), default=1 << 20)
+    q.add_argument("--duration-ms", type=positive_int, default=250)
+    q.add_argument("--warmup-ms", type=nonneg_int, default=50)
     q.set_defaults(func=_bench)
 
     q = dsub.add_parser("plot", help="PNG of model vs FAST'20 data")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from nvmw.commands._args import check_output_dir, positive_int
 from nvmw.commands._args import add_env_args, controller_help
 from nvmw.lab.evaluation import evaluate_lineup, write_outputs
 from nvmw.lab.lineup import DEFAULT_LINEUP, ControllerContext, deprecated
@@ -15,8 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evaluate", help="long-run comparison of controllers (JSON, Markdown, PNG)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_env_args(p, window_default=1.0, steps=False)
-    p.add_argument("--steps", type=int, default=4000, help="steps of the long run (default %(default)s)")
-    p.add_argument("--switch-every", type=int, default=200, help="steps per phase segment (default %(default)s)")
+    p.add_argument("--steps", type=positive_int, default=4000, help="steps of the long run (default %(default)s)")
+    p.add_argument("--switch-every", type=positive_int, default=200, help="steps per phase segment (default %(default)s)")
     p.add_argument("--quick", action="store_true", help="400 steps, 0.1 s windows, switch every 100")
     p.add_argument("--sequential", action="store_true", help="run each controller's whole run before the next "
                    "one's (default: controllers take turns, one phase segment each)")
@@ -24,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=controller_help(" ".join(DEFAULT_LINEUP)))
     p.add_argument("--agent", default=None, help="trained agent (default: the shipped one for --device)")
     p.add_argument("--oracle", default=None, help="oracle table JSON from `nvmw calibrate` (default: shipped)")
-    p.add_argument("--fixed", type=int, nargs=2, default=None, metavar=("I", "B"), help=argparse.SUPPRESS)
+    p.add_argument("--fixed", type=positive_int, nargs=2, default=None, metavar=("I", "B"), help=argparse.SUPPRESS)
     p.add_argument("--out", default="nvmw-eval", help="output directory (default %(default)s)")
     p.set_defaults(func=run)
 
@@ -42,6 +43,7 @@ def _lineup(args) -> list:
 
 
 def run(args) -> int:
+    check_output_dir(args.out, "--out")
     if args.quick:
         args.steps, args.window, args.switch_every = 400, 0.1, 100
     context = ControllerContext(device=args.device if args.env in ("real", "sim") else args.env,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from nvmw.commands._args import fraction, int_in, nonneg_float, nonneg_int, positive_float, positive_int
 from nvmw.commands._args import add_pool_args, add_store_args, argv_of, pool_config, pool_path
 from nvmw.commands._util import cores, print_json
 from nvmw.errors import NvmwError
@@ -22,20 +23,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=["azure", "native"], default="azure")
     p.add_argument("--skip-malformed", action="store_true", help="drop and count malformed rows")
     p.add_argument("--class", dest="cls", choices=["interactive", "batch", "auto"], default="interactive")
-    p.add_argument("--threads", type=int, default=16, help="client threads (default %(default)s)")
-    p.add_argument("--accel", type=float, default=1.0, help="pace acceleration (default %(default)s)")
+    p.add_argument("--threads", type=int_in(1, 4096), default=16, help="client threads (default %(default)s)")
+    p.add_argument("--accel", type=positive_float, default=1.0, help="pace acceleration (default %(default)s)")
     p.add_argument("--loop", action="store_true", help="start over at the end (needs --duration)")
-    p.add_argument("--duration", type=float, default=0.0, help="stop issuing after this many seconds")
+    p.add_argument("--duration", type=nonneg_float, default=0.0, help="stop issuing after this many seconds")
     f = p.add_argument_group("filters and transforms")
-    f.add_argument("--start", type=float, default=None, help="keep records at or after this offset, s")
-    f.add_argument("--end", type=float, default=None, help="keep records before this offset, s")
-    f.add_argument("--min-size", type=int, default=None)
-    f.add_argument("--max-size", type=int, default=None)
-    f.add_argument("--max-records", type=int, default=None)
-    f.add_argument("--fixed-size", type=int, default=None, help="every request gets this many bytes")
-    f.add_argument("--write-ratio", type=float, default=None, help="exact fraction of writes")
-    f.add_argument("--key-space", type=int, default=None, help="map keys onto this many keys")
-    p.add_argument("--seed", type=int, default=0)
+    f.add_argument("--start", type=nonneg_float, default=None, help="keep records at or after this offset, s")
+    f.add_argument("--end", type=nonneg_float, default=None, help="keep records before this offset, s")
+    f.add_argument("--min-size", type=nonneg_int, default=None)
+    f.add_argument("--max-size", type=nonneg_int, default=None)
+    f.add_argument("--max-records", type=positive_int, default=None)
+    f.add_argument("--fixed-size", type=int_in(1, 1 << 30), default=None, help="every request gets this many bytes")
+    f.add_argument("--write-ratio", type=fraction, default=None, help="exact fraction of writes")
+    f.add_argument("--key-space", type=positive_int, default=None, help="map keys onto this many keys")
+    p.add_argument("--seed", type=nonneg_int, default=0)
     m = p.add_argument_group("middleware")
     add_store_args(m)
     add_pool_args(m, default=(4, 4))

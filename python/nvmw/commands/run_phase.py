@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from nvmw.commands._args import nonneg_int, positive_float
 from nvmw.commands._args import add_store_args, argv_of, controller_help, pool_path
 from nvmw.commands._util import cores, print_json
 from nvmw.control.sla import load_spec
@@ -23,12 +24,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "gradient, q-learning, oracle, or any kind registered with "
         "nvmw.lab.lineup.register_controller.")
     p.add_argument("phase", help="phase number (1-4 the thesis's, 5-6 contended) or a phase TOML file")
-    p.add_argument("--duration", type=float, default=30.0, help="seconds (default %(default)s)")
+    p.add_argument("--duration", type=positive_float, default=30.0, help="seconds (default %(default)s)")
     p.add_argument("--controller", default="fixed:10,10", help=controller_help("%(default)s"))
     p.add_argument("--sla", default=None, help="SLA spec judging each window for the controller "
                    "(default: the calibrated spec for --device)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the run (same seed, same traces)")
-    p.add_argument("--rate-scale", type=float, default=1.0,
+    p.add_argument("--seed", type=nonneg_int, default=0, help="seed of the run (same seed, same traces)")
+    p.add_argument("--rate-scale", type=positive_float, default=1.0,
                    help="multiply both classes' offered rates (default %(default)s)")
     p.add_argument("--capacity", default=None, help="capacity file the contended phases are scaled to "
                    "(from `nvmw calibrate --capacity`; default $NVMW_CAPACITY, else the shipped optane-1dimm)")

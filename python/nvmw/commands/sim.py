@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from nvmw.commands._args import check_output_file, float_in, int_in, nonneg_int, positive_int
 from nvmw.commands._args import add_pool_args, pool_config
 from nvmw.lab.calibration import load_sweep
 from nvmw.lab.lineup import deprecated
@@ -27,38 +28,40 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "0 interactive and 0 batch threads are no-control runs)")
     q.add_argument("--out", required=True, help="parameter file to write")
     q.add_argument("--device", default=None, help="device profile (default: the sweep's)")
-    q.add_argument("--window", type=float, default=None, help="window, s (default: the sweep's)")
-    q.add_argument("--windows", type=int, default=8, help="simulated windows per configuration (default %(default)s)")
-    q.add_argument("--max-evals", type=int, default=150, help="Nelder-Mead evaluations (default %(default)s)")
+    q.add_argument("--window", type=float_in(0.0, 3600.0), default=None, help="window, s (default: the sweep's)")
+    q.add_argument("--windows", type=positive_int, default=8, help="simulated windows per configuration (default %(default)s)")
+    q.add_argument("--max-evals", type=positive_int, default=150, help="Nelder-Mead evaluations (default %(default)s)")
     q.add_argument("--start", default=None, help="starting parameters (file or name; default: built-in)")
     q.add_argument("--free", nargs="+", default=list(FIT_NAMES), choices=FITTABLE, metavar="NAME",
                    help="parameters to fit (default %(default)s; also spin_us); the others keep --start's values")
-    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--seed", type=nonneg_int, default=0)
     q.set_defaults(func=_fit)
 
     q = ssub.add_parser("check", help="how well a parameter file reproduces a real sweep (JSON)")
     q.add_argument("sweep", nargs="+")
     q.add_argument("--params", default=None, help="parameter file or name (default: the shipped fit)")
     q.add_argument("--device", default=None)
-    q.add_argument("--window", type=float, default=None)
-    q.add_argument("--windows", type=int, default=8)
-    q.add_argument("--seed", type=int, default=1)
+    q.add_argument("--window", type=float_in(0.0, 3600.0), default=None)
+    q.add_argument("--windows", type=positive_int, default=8)
+    q.add_argument("--seed", type=nonneg_int, default=1)
     q.add_argument("--plot", default=None, help="also write a PNG of real vs simulated p99")
     q.set_defaults(func=_check)
 
     q = ssub.add_parser("run", help="simulated windows of one phase under one controller (JSON lines)")
-    q.add_argument("--phase", type=int, default=1)
+    q.add_argument("--phase", type=positive_int, default=1)
     add_pool_args(q, default=(15, 15), any_controller=True)
-    q.add_argument("--threads", type=int, nargs=2, default=None, metavar=("I", "B"), help=argparse.SUPPRESS)
-    q.add_argument("--windows", type=int, default=10)
-    q.add_argument("--window", type=float, default=0.1)
+    q.add_argument("--threads", type=int_in(1, 4096), nargs=2, default=None, metavar=("I", "B"), help=argparse.SUPPRESS)
+    q.add_argument("--windows", type=positive_int, default=10)
+    q.add_argument("--window", type=float_in(0.0, 3600.0), default=0.1)
     q.add_argument("--device", default="optane-1dimm")
     q.add_argument("--params", default=None)
-    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--seed", type=nonneg_int, default=0)
     q.set_defaults(func=_run)
 
 
 def _fit(args) -> int:
+    check_output_file(args.out, "--out")
+    check_output_file(getattr(args, "plot", None), "--plot")
     rows, run = load_sweep(args.sweep)
     run = run or {}
     device = args.device or run.get("device", "optane-1dimm")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from nvmw.commands._args import check_output_dir, float_in, fraction, int_in, nonneg_int, positive_float, positive_int
 from nvmw.commands._util import ensure_pmem_force, print_json
 from nvmw.lab.sweep import SweepConfig, quick_config, run_sweep
 
@@ -31,29 +32,29 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="interactive pool sizes, e.g. 1,2,4 (default 1,2,4,8,16,32)")
     p.add_argument("--grid-b", type=_int_list, default=None,
                    help="batch pool sizes (default 1,2,4,8,16,24,32)")
-    p.add_argument("--reps", type=int, default=None, help="repetitions per configuration (default 3)")
-    p.add_argument("--duration", type=float, default=None, help="seconds per repetition (default 5)")
-    p.add_argument("--clients", type=int, default=None,
+    p.add_argument("--reps", type=positive_int, default=None, help="repetitions per configuration (default 3)")
+    p.add_argument("--duration", type=positive_float, default=None, help="seconds per repetition (default 5)")
+    p.add_argument("--clients", type=positive_int, default=None,
                    help="client threads of YCSB and of the replay each (default 100)")
-    p.add_argument("--ycsb-clients", type=int, default=None)
-    p.add_argument("--batch-clients", type=int, default=None)
-    p.add_argument("--value-size", type=int, default=None, help="YCSB value bytes (default 128)")
-    p.add_argument("--read-proportion", type=float, default=None,
+    p.add_argument("--ycsb-clients", type=positive_int, default=None)
+    p.add_argument("--batch-clients", type=positive_int, default=None)
+    p.add_argument("--value-size", type=int_in(1, 1 << 30), default=None, help="YCSB value bytes (default 128)")
+    p.add_argument("--read-proportion", type=fraction, default=None,
                    help="YCSB reads, rest updates (default 0.5)")
     p.add_argument("--distribution", choices=["zipfian", "uniform", "latest"], default=None)
-    p.add_argument("--records", type=int, default=None, help="YCSB records (default 10000)")
+    p.add_argument("--records", type=positive_int, default=None, help="YCSB records (default 10000)")
     p.add_argument("--device", choices=["none", "optane-1dimm", "optane-6dimm"], default=None,
                    help="emulated device profile (default none)")
     p.add_argument("--engine", choices=["memory", "pmem"], default=None,
                    help="engine (default memory; pmem pools live on /dev/shm)")
-    p.add_argument("--window", type=float, default=None, help="middleware window, s (default 1)")
-    p.add_argument("--interval", type=float, default=None,
+    p.add_argument("--window", type=float_in(0.0, 3600.0), default=None, help="middleware window, s (default 1)")
+    p.add_argument("--interval", type=positive_float, default=None,
                    help="YCSB p99 sampling interval for the box plot, s (default 0.5)")
-    p.add_argument("--batch-scale", type=float, default=None,
+    p.add_argument("--batch-scale", type=positive_float, default=None,
                    help="factor on the SVD object sizes (default 0.01: 800 KB blocks)")
-    p.add_argument("--batch-accel", type=float, default=None,
+    p.add_argument("--batch-accel", type=positive_float, default=None,
                    help="SVD trace pace acceleration (default 1000: saturating)")
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=nonneg_int, default=None)
     p.add_argument("--no-plot", action="store_true", help="skip sweep.png")
     p.add_argument("--json", action="store_true", help="print the summary as JSON at the end")
     p.set_defaults(func=run)
@@ -88,6 +89,7 @@ def _x(ratio) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output_dir(args.out, "--out")
     try:
         cfg = build_config(args)
     except ValueError as e:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from nvmw.commands._args import fraction, int_in, nonneg_int, positive_float, positive_int
 from nvmw.commands._util import print_json
 from nvmw.errors import NvmwError
 from nvmw.workloads.traces import read_trace, synth, trace_stats
@@ -22,22 +23,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "SVD task-graph I/O in the native format.")
     s.add_argument("kind", choices=["azure", "svd"])
     s.add_argument("-o", "--output", required=True, help="file to write")
-    s.add_argument("--rows", type=int, default=10_000, help="records (default %(default)s)")
-    s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--rows", type=positive_int, default=10_000, help="records (default %(default)s)")
+    s.add_argument("--seed", type=nonneg_int, default=1)
     s.add_argument("--format", choices=["azure", "native"], default=None,
                    help="output format (default: azure for azure, native for svd)")
     s.add_argument("--sorted", action="store_true",
                    help="azure format: write rows in time order (the released file is unsorted)")
     a = s.add_argument_group("azure options")
-    a.add_argument("--rate", type=float, default=None, help="accesses/s (default 36.6, the dataset mean)")
-    a.add_argument("--write-fraction", type=float, default=None, help="fraction of writes (default 0.2)")
-    a.add_argument("--new-blob-fraction", type=float, default=None,
+    a.add_argument("--rate", type=positive_float, default=None, help="accesses/s (default 36.6, the dataset mean)")
+    a.add_argument("--write-fraction", type=fraction, default=None, help="fraction of writes (default 0.2)")
+    a.add_argument("--new-blob-fraction", type=fraction, default=None,
                    help="probability an access touches a new blob (default 0.5)")
-    a.add_argument("--max-blob-bytes", type=int, default=None,
+    a.add_argument("--max-blob-bytes", type=int_in(1, 1 << 40), default=None,
                    help="clip blob sizes (default 64 MiB; 0 = no clip)")
     v = s.add_argument_group("svd options")
-    v.add_argument("--tasks", type=int, default=None, help="parallel tasks B (default 20)")
-    v.add_argument("--task-ms", type=float, default=None, help="mean task compute time (default 50)")
+    v.add_argument("--tasks", type=positive_int, default=None, help="parallel tasks B (default 20)")
+    v.add_argument("--task-ms", type=positive_float, default=None, help="mean task compute time (default 50)")
     s.set_defaults(func=run_synth)
 
     t = tsub.add_parser("stats", help="summarise a trace file",

@@ -8,7 +8,7 @@ import json
 import os
 import time
 
-from nvmw.commands._args import add_env_args, env_from_args
+from nvmw.commands._args import add_env_args, check_output_file, env_from_args, fraction, nonneg_int, positive_int
 from nvmw.lab.runs import run_header
 from nvmw.lab.training import plot_curve, pretrained_agent, resumed_agent, train_per_phase
 from nvmw.rl.pretrain import collect_transitions, load_transitions
@@ -21,24 +21,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_env_args(p)
     p.add_argument("--transitions", default=None, help="pretraining data from `nvmw collect` (default: "
                    "collect --collect-episodes random episodes per phase first)")
-    p.add_argument("--collect-episodes", type=int, default=2)
+    p.add_argument("--collect-episodes", type=nonneg_int, default=2)
     p.add_argument("--init-agent", default=None, help="continue training this saved agent (skips pretraining; "
                    "its own hyperparameters are kept, --epsilon and the schedule options apply)")
     p.add_argument("--tuned", default=None, help="JSON from `nvmw tune` (per-action model parameters)")
-    p.add_argument("--episodes", type=int, default=10, help="Q-learning episodes per phase (default %(default)s; "
+    p.add_argument("--episodes", type=nonneg_int, default=10, help="Q-learning episodes per phase (default %(default)s; "
                    "thesis: 700-1000)")
-    p.add_argument("--rounds", type=int, default=1, help="repeat the pass over the phases this many times "
+    p.add_argument("--rounds", type=positive_int, default=1, help="repeat the pass over the phases this many times "
                    "(interleaves phases so the agent does not forget the first ones)")
-    p.add_argument("--phases", type=int, nargs="+", default=list(DEFAULT_PHASES),
+    p.add_argument("--phases", type=positive_int, nargs="+", default=list(DEFAULT_PHASES),
                    help="phases (default %(default)s)")
-    p.add_argument("--gamma", type=float, default=0.95)
-    p.add_argument("--learning-rate", type=float, default=0.7)
+    p.add_argument("--gamma", type=fraction, default=0.95)
+    p.add_argument("--learning-rate", type=fraction, default=0.7)
     p.add_argument("--learning-rate-mode", choices=["q_step", "sgd_eta0"], default="q_step")
-    p.add_argument("--epsilon", type=float, default=0.9)
-    p.add_argument("--epsilon-decay", type=float, default=0.1)
+    p.add_argument("--epsilon", type=fraction, default=0.9)
+    p.add_argument("--epsilon-decay", type=fraction, default=0.1)
     p.add_argument("--epsilon-decay-mode", choices=["multiplicative", "linear"], default="multiplicative")
-    p.add_argument("--epsilon-min", type=float, default=0.0)
-    p.add_argument("--fqi-iterations", type=int, default=0,
+    p.add_argument("--epsilon-min", type=fraction, default=0.0)
+    p.add_argument("--fqi-iterations", type=nonneg_int, default=0,
                    help="fitted-Q refits of the bootstrap (0 = thesis: reward regression only)")
     p.add_argument("--out", required=True, help="agent file to write (.joblib)")
     p.add_argument("--curve", default=None, help="learning-curve PNG (default: next to --out)")
@@ -46,6 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args) -> int:
+    check_output_file(args.out, "--out")
+    check_output_file(args.curve, "--curve")
     env = env_from_args(args)
     t_start = time.monotonic()
     schedule = dict(epsilon=args.epsilon, epsilon_decay=args.epsilon_decay,

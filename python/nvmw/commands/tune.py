@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from nvmw.commands._args import int_in, nonneg_int
 from nvmw.rl.pretrain import FULL_GRID, QUICK_GRID, load_transitions, tune_models
 
 
@@ -15,12 +16,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("transitions", help="file written by `nvmw collect`")
     p.add_argument("--out", required=True, help="JSON with the chosen parameters per action")
     p.add_argument("--quick", action="store_true", help="a 16-point grid instead of Table D.1's 1296")
-    p.add_argument("--cv", type=int, default=5, help="folds (default %(default)s)")
-    p.add_argument("--n-jobs", type=int, default=2, help="parallel fits (default %(default)s)")
+    p.add_argument("--cv", type=int_in(2, 1000), default=5, help="folds (default %(default)s)")
+    p.add_argument("--n-jobs", type=int_in(1, 1024), default=2, help="parallel fits (default %(default)s)")
     p.add_argument("--backend", choices=["loky", "ray"], default="loky",
                    help="joblib backend: local processes, or Ray (local instance or --ray-address)")
     p.add_argument("--ray-address", default=None, help="connect to this Ray cluster instead of starting one")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=nonneg_int, default=0)
     p.set_defaults(func=run)
 
 

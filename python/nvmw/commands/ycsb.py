@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from nvmw.commands._args import add_pool_args, add_store_args, argv_of, pool_config, pool_path
+from nvmw.commands._args import add_pool_args, add_store_args, argv_of, fraction, int_in, nonneg_float, nonneg_int, pool_config, pool_path, positive_float, positive_int
 from nvmw.commands._util import cores, print_json
 from nvmw.middleware import Middleware
 from nvmw.workloads.ycsb import YcsbConfig, measure_capacity, run_ycsb
@@ -17,23 +17,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         "updates and inserts through the middleware; report client-side latency and throughput "
         "per operation type. --capacity instead measures the most ops/s this generator can "
         "issue (no-op engine: direct, no-control, middleware).")
-    p.add_argument("--records", type=int, default=10_000, help="records loaded first (default %(default)s)")
-    p.add_argument("--ops", type=int, default=0, help="operations to run, over all threads (0: use --duration)")
-    p.add_argument("--duration", type=float, default=None,
+    p.add_argument("--records", type=positive_int, default=10_000, help="records loaded first (default %(default)s)")
+    p.add_argument("--ops", type=nonneg_int, default=0, help="operations to run, over all threads (0: use --duration)")
+    p.add_argument("--duration", type=positive_float, default=None,
                    help="seconds to run (default 5 when --ops is not given; with both, first reached ends)")
-    p.add_argument("--read-proportion", type=float, default=0.5)
-    p.add_argument("--update-proportion", type=float, default=None,
+    p.add_argument("--read-proportion", type=fraction, default=0.5)
+    p.add_argument("--update-proportion", type=fraction, default=None,
                    help="default: 1 - read - insert")
-    p.add_argument("--insert-proportion", type=float, default=0.0)
+    p.add_argument("--insert-proportion", type=fraction, default=0.0)
     p.add_argument("--distribution", choices=["uniform", "zipfian", "latest"], default="zipfian")
-    p.add_argument("--value-size", type=int, default=128, help="bytes per value (default %(default)s)")
-    p.add_argument("--threads", type=int, default=16, help="client threads (default %(default)s)")
-    p.add_argument("--target-rate", type=float, default=0.0,
+    p.add_argument("--value-size", type=int_in(1, 1 << 30), default=128, help="bytes per value (default %(default)s)")
+    p.add_argument("--threads", type=int_in(1, 4096), default=16, help="client threads (default %(default)s)")
+    p.add_argument("--target-rate", type=nonneg_float, default=0.0,
                    help="total ops/s, paced per thread (0: as fast as possible)")
     p.add_argument("--class", dest="request_class", choices=["interactive", "batch", "auto"],
                    default="interactive", help="class hint of every request (default %(default)s)")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--interval", type=float, default=0.0,
+    p.add_argument("--seed", type=nonneg_int, default=1)
+    p.add_argument("--interval", type=nonneg_float, default=0.0,
                    help="also report per-interval p99/throughput every this many seconds")
     add_store_args(p)
     add_pool_args(p, default=(2, 1))
