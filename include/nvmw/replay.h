@@ -53,6 +53,10 @@ struct ReplayOptions {
   int preload_threads = 4;
   // Value content seed (content is not checked; it only keeps values non-trivial).
   uint64_t seed = 0;
+  // Largest request size replayed (0 = the middleware's max_value_bytes). Start
+  // refuses a trace with a larger record before allocating its value buffer; the
+  // middleware's max_value_bytes always applies as well.
+  uint64_t max_value_bytes = 0;
 };
 
 // Latency distribution of one operation kind, microseconds.

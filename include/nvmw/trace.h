@@ -70,6 +70,10 @@ struct TraceReadOptions {
   // Stop after this many accepted rows in file order (0 = no limit); for peeking at
   // big files (the released file is unsorted, so these are not the earliest rows).
   uint64_t max_rows = 0;
+  // Largest value size a row may carry (0 = no cap beyond the reader's overflow guard).
+  // A row over it is malformed ("<source>:<line>: ... exceeds the size cap"), so an
+  // absurd size is reported with its line number instead of being allocated later.
+  uint64_t max_bytes = 0;
 };
 
 // Reads a whole trace file. IOError if it cannot be opened; InvalidArgument for

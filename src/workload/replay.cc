@@ -10,7 +10,9 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -76,6 +78,37 @@ struct Replay::Impl {
   std::atomic<bool> cut_short{false};
   bool started = false;
 
+  // Refuses a record larger than the cap (options or the middleware's max_value_bytes),
+  // then allocates the generated value content; the 4 KB tail lets writes take
+  // shifted slices. Runs before any thread starts.
+  Status PrepareValues(const Middleware& mw) {
+    uint64_t cap = mw.options().max_value_bytes;
+    if (options.max_value_bytes != 0) cap = std::min(cap, options.max_value_bytes);
+    uint64_t max_bytes = 0;
+    for (size_t i = 0; i < trace.records.size(); ++i) {
+      const TraceRecord& r = trace.records[i];
+      if (r.bytes > cap) {
+        return Status::InvalidArgument("replay: record " + std::to_string(i + 1) + " (key '" + r.key + "') is " +
+                                       std::to_string(r.bytes) + " bytes, over the size cap " +
+                                       std::to_string(cap) + " (max_value_bytes)");
+      }
+      max_bytes = std::max(max_bytes, r.bytes);
+    }
+    if (value_buf.size() >= max_bytes + 4096) return Status::OK();
+    try {
+      value_buf.assign(max_bytes + 4096, '\0');
+    } catch (const std::bad_alloc&) {
+      return Status::NoSpace("replay: cannot allocate " + std::to_string(max_bytes + 4096) +
+                             " bytes of value content");
+    }
+    Rng rng(options.seed);
+    for (size_t i = 0; i < value_buf.size(); i += 8) {
+      uint64_t x = rng.Next();
+      std::memcpy(&value_buf[i], &x, std::min<size_t>(8, value_buf.size() - i));
+    }
+    return Status::OK();
+  }
+
   Status Check() const {
     if (trace.records.empty()) return Status::InvalidArgument("replay: empty trace");
     if (options.threads < 1 || options.threads > 100000) {
@@ -120,7 +153,11 @@ struct Replay::Impl {
     };
     int n = std::min<int>(options.preload_threads, static_cast<int>(std::max<size_t>(1, keys.size())));
     std::vector<std::thread> pool;
-    for (int t = 1; t < n; ++t) pool.emplace_back(worker);
+    try {
+      for (int t = 1; t < n; ++t) pool.emplace_back(worker);
+    } catch (const std::system_error&) {
+      // Fewer loader threads than asked: the ones started and this one do the work.
+    }
     worker();
     for (auto& t : pool) t.join();
     if (!first_error.ok()) return first_error;
@@ -222,11 +259,9 @@ Replay::Replay(Trace trace, const ReplayOptions& options) : impl_(new Impl) {
   if (recs.empty()) return;
   double accel = options.accel > 0 ? options.accel : 1.0;
   int64_t first = recs.front().time_us;
-  uint64_t max_bytes = 0;
   m.due_ns.reserve(recs.size());
   for (const TraceRecord& r : recs) {
     m.due_ns.push_back(std::llround(static_cast<double>(r.time_us - first) * 1000.0 / accel));
-    max_bytes = std::max(max_bytes, r.bytes);
   }
   int64_t span = m.due_ns.back();
   // One mean gap closes the loop so the last and first records do not collide;
@@ -235,13 +270,7 @@ Replay::Replay(Trace trace, const ReplayOptions& options) : impl_(new Impl) {
                                             : std::llround(1e9 / accel);
   m.period_ns = span + std::max<int64_t>(gap, 1);
   m.offered_ops_per_s = static_cast<double>(recs.size()) / (static_cast<double>(m.period_ns) / 1e9);
-  // Generated content; the 4 KB tail lets writes take shifted slices.
-  m.value_buf.resize(max_bytes + 4096);
-  Rng rng(options.seed);
-  for (size_t i = 0; i < m.value_buf.size(); i += 8) {
-    uint64_t x = rng.Next();
-    std::memcpy(&m.value_buf[i], &x, std::min<size_t>(8, m.value_buf.size() - i));
-  }
+  // The value buffer is allocated by Start, once the sizes are checked against the caps.
 }
 
 Replay::~Replay() {
@@ -267,6 +296,8 @@ Status Replay::Start(Middleware* mw) {
   if (mw == nullptr) return Status::InvalidArgument("replay: null middleware");
   Status s = m.Check();
   if (!s.ok()) return s;
+  s = m.PrepareValues(*mw);
+  if (!s.ok()) return s;
   m.owner.reset();  // a raw pointer is not owned
   m.mw = mw;
   m.stop.store(false);
@@ -285,8 +316,18 @@ Status Replay::Start(Middleware* mw) {
   // the client threads are still being created.
   m.start_ns = NowNs() + 2'000'000 + 20'000 * static_cast<int64_t>(m.options.threads);
   m.clients.reserve(m.stats.size());
-  for (size_t t = 0; t < m.stats.size(); ++t) {
-    m.clients.emplace_back([&m, st = &m.stats[t]] { m.Client(st); });
+  try {
+    for (size_t t = 0; t < m.stats.size(); ++t) {
+      m.clients.emplace_back([&m, st = &m.stats[t]] { m.Client(st); });
+    }
+  } catch (const std::system_error& e) {
+    // Could not start every client: stop and join the ones that started, report it.
+    size_t started = m.clients.size();
+    m.stop.store(true);
+    for (auto& t : m.clients) t.join();
+    m.clients.clear();
+    return Status::NoSpace("replay: could not start client thread " + std::to_string(started + 1) + " of " +
+                           std::to_string(m.stats.size()) + " (" + e.what() + ")");
   }
   m.started = true;
   return Status::OK();

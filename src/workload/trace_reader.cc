@@ -201,6 +201,11 @@ class Parser {
       *reason = "BlobBytes '" + std::string(f[8]) + "' is not a non-negative number";
       return false;
     }
+    if (options_.max_bytes != 0 && bytes > static_cast<double>(options_.max_bytes)) {
+      *reason = "BlobBytes " + std::string(Trim(f[8])) + " exceeds the size cap " +
+                std::to_string(options_.max_bytes);
+      return false;
+    }
     bool read, write;
     if (!ParseBool(f[9], &read) || !ParseBool(f[10], &write)) {
       *reason = "Read/Write must be True or False, got '" + std::string(f[9]) + "', '" +
@@ -252,6 +257,10 @@ class Parser {
     uint64_t bytes;
     if (!ParseUint64(f[3], &bytes) || bytes > static_cast<uint64_t>(kMaxBytes)) {
       *reason = "bytes '" + std::string(f[3]) + "' is not a non-negative integer";
+      return false;
+    }
+    if (options_.max_bytes != 0 && bytes > options_.max_bytes) {
+      *reason = "bytes " + std::to_string(bytes) + " exceeds the size cap " + std::to_string(options_.max_bytes);
       return false;
     }
     r.key.assign(key);
