@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--write-fraction", type=fraction, default=None, help="fraction of writes (default 0.2)")
     a.add_argument("--new-blob-fraction", type=fraction, default=None,
                    help="probability an access touches a new blob (default 0.5)")
-    a.add_argument("--max-blob-bytes", type=int_in(1, 1 << 40), default=None,
+    a.add_argument("--max-blob-bytes", type=int_in(0, 1 << 40), default=None,
                    help="clip blob sizes (default 64 MiB; 0 = no clip)")
     v = s.add_argument_group("svd options")
     v.add_argument("--tasks", type=positive_int, default=None, help="parallel tasks B (default 20)")
