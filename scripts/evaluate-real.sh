@@ -3,7 +3,9 @@
 # default line-up (none, fixed:15,15, oracle, aimd, gradient, q-learning) interleaved per
 # phase segment over the default phase set, emulated optane-1dimm, 0.1 s windows, one run
 # per seed, back to back.
-#   scripts/evaluate-real.sh [--steps N] [--switch-every K] SEED...     (default: 1200 200 0 1 2)
+#   scripts/evaluate-real.sh [--steps N] [--switch-every K] [--agent FILE --tag T] SEED...
+#   (default: 1200 steps, 200 per segment, seeds 0 1 2, the shipped agent; with --tag the
+#   outputs are named seed<S>-<T>)
 # Per seed it writes build/eval-real/seed<S>/ (nvmw evaluate's eval.json, eval.md, eval.png,
 # traces.json, run.json), then bench/results-rl-eval-seed<S>.json (run header with the
 # command and the load average before and after, the summary per controller, and per
@@ -12,24 +14,26 @@
 # Needs the package installed (scripts/setup.sh) or NVMW_DEV_CORE_DIR/PYTHONPATH set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps=1200 switch=200 seeds=()
+steps=1200 switch=200 seeds=() agent=() tag=""
 while (( $# )); do
   case "$1" in
     --steps) steps=$2; shift 2 ;;
     --switch-every) switch=$2; shift 2 ;;
+    --agent) agent=(--agent "$2"); shift 2 ;;
+    --tag) tag=-$2; shift 2 ;;
     *) seeds+=("$1"); shift ;;
   esac
 done
 (( ${#seeds[@]} )) || seeds=(0 1 2)
 for s in "${seeds[@]}"; do
-  out=build/eval-real/seed$s
+  out=build/eval-real/seed$s$tag
   mkdir -p build/eval-real
-  cmd=(nvmw evaluate --env real --window 0.1 --steps "$steps" --switch-every "$switch" --seed "$s" --out "$out")
+  cmd=(nvmw evaluate --env real --window 0.1 --steps "$steps" --switch-every "$switch" --seed "$s" "${agent[@]}" --out "$out")
   before=$(cut -d' ' -f1-3 /proc/loadavg) start=$(date -u '+%Y-%m-%d %H:%M')
   echo "== $(date -u +%H:%M:%S) seed $s (load $before): ${cmd[*]}" >&2
   python3 -m "${cmd[@]}" > "$out.log" 2>&1 || { echo "seed $s failed, see $out.log" >&2; exit 1; }
   after=$(cut -d' ' -f1-3 /proc/loadavg) end=$(date -u '+%H:%M')
-  python3 - "$out" "bench/results-rl-eval-seed$s.json" "${cmd[*]}" "$start-$end UTC" "$before" "$after" <<'EOF'
+  python3 - "$out" "bench/results-rl-eval-seed$s$tag.json" "${cmd[*]}" "$start-$end UTC" "$before" "$after" <<'EOF'
 import json, sys
 import numpy as np
 out, dest, cmd, when, before, after = sys.argv[1:]
@@ -66,6 +70,6 @@ for name, s in summary.items():
           f"throughput {s['sla_throughput_met']:.3f} median reward {s['reward']['median']:10.1f} "
           f"settle {s['settle_steps_median']} ({s['segments_settled']})")
 EOF
-  cp "$out/eval.png" "docs/rl-eval-seed$s.png"
-  echo "== $(date -u +%H:%M:%S) seed $s done (load $after): bench/results-rl-eval-seed$s.json docs/rl-eval-seed$s.png" >&2
+  cp "$out/eval.png" "docs/rl-eval-seed$s$tag.png"
+  echo "== $(date -u +%H:%M:%S) seed $s done (load $after): bench/results-rl-eval-seed$s$tag.json docs/rl-eval-seed$s$tag.png" >&2
 done
