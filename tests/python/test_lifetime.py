@@ -27,8 +27,10 @@ CHILD_TIMEOUT_S = 300
 
 def _child_env():
     env = dict(os.environ)
+    # The child imports the same nvmw as this process (installed, or a source tree
+    # with a developer core), never a source tree without its compiled module.
     env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (os.path.join(os.path.dirname(__file__), "..", "..", "python"),
+        p for p in (os.path.dirname(os.path.dirname(os.path.abspath(nvmw.__file__))),
                     env.get("PYTHONPATH")) if p)
     env.setdefault("PMEM_IS_PMEM_FORCE", "1")
     return env

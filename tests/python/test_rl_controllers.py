@@ -115,7 +115,9 @@ def test_long_run_on_synthetic_env(tmp_path):
     make = lambda control: SyntheticEnv(control=control)  # noqa: E731
     ctrls = [NoControl(), Fixed(), OracleFixed({1: (13, 6), 2: (12, 9), 3: (20, 3), 4: (22, 4)}),
              AIMD(250), Gradient(250)]
-    summ, traces = evaluate_controllers(make, ctrls, total_steps=40, switch_every=10, seed=3)
+    # Four segments: the schedule draws phases 1-4, one segment each.
+    summ, traces = evaluate_controllers(make, ctrls, total_steps=40, switch_every=10, seed=3,
+                                        phases=(1, 2, 3, 4))
     assert set(summ) == {"no-control", "fixed-I15B15", "oracle", "aimd", "gradient"}
     # Same seeded schedule for everyone, and every phase appears.
     scheds = {tuple(t["schedule"]) for t in traces.values()}
