@@ -9,8 +9,10 @@ cd "$(dirname "$0")/.."
 # libpmemobj-dev: PMDK, the persistent engine. pkg-config/cmake/ninja/g++: the build.
 # libgtest-dev: C++ tests. clang + libclang-rt-14-dev: fuzz targets (libFuzzer).
 # libxxhash-dev: XXH3, the pmem engine's per-entry checksum (header-only use).
+# redis-server, redis-tools (redis-cli, redis-benchmark), nutcracker (twemproxy), prometheus
+# (promtool): the `nvmw serve` tests and bench/serve_vs_redis.py run them against the service.
 APT_PKGS=(libpmemobj-dev pkg-config cmake ninja-build g++ libgtest-dev clang libclang-rt-14-dev
-  libxxhash-dev)
+  libxxhash-dev redis-server redis-tools nutcracker prometheus)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -28,7 +30,7 @@ export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 echo "setup: installing Python dependencies"
 $PY -m pip install -q "scikit-build-core>=0.9" "nanobind>=2.0" \
   "numpy>=1.24" "matplotlib>=3.7" "gymnasium>=1.0" "scikit-learn>=1.3" "scipy>=1.10" "joblib>=1.3" \
-  "tqdm>=4.60" "pytest>=7" "redis>=5" "import-linter>=2.0" "ray[default]>=2.9"
+  "tqdm>=4.60" "prometheus_client>=0.17" "pytest>=7" "redis>=5" "import-linter>=2.0" "ray[default]>=2.9"
 echo "setup: building and installing nvmw (C++ core + Python package)"
 # No build isolation: reuse the build directory so a rebuild is incremental.
 $PY -m pip install -q --no-build-isolation --no-deps .
