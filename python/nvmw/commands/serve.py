@@ -1,0 +1,81 @@
+"""`nvmw serve`: the middleware as a Redis-protocol network service (nvmw.lab.service)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from nvmw.commands._args import add_store_args, argv_of, controller_help, int_in, pool_path
+from nvmw.lab.service import DEFAULT_CONTROLLER, Service, run_until_signal
+
+_MIB = 1 << 20
+
+
+_port = int_in(0, 65535)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve", help="serve the store over the Redis protocol (RESP), with a controller and metrics",
+        description="Serve the middleware over the Redis protocol: GET, SET, DEL, EXISTS, MGET, MSET "
+        "and the usual connection commands, plus NVMW.CLASS interactive|batch|auto (the class of the "
+        "connection's requests; auto: SETs of at least 64 KiB are batch) and NVMW.STATS. The controller "
+        "resizes the two classes' limits after every monitor window. SIGTERM or Ctrl-C drains: no new "
+        "connections, every command already read is answered, every acknowledged SET is durable "
+        "(pmem engine). Any Redis client, redis-cli, redis-benchmark or twemproxy can talk to it.")
+    p.add_argument("--port", type=_port, default=6379, help="TCP port (default %(default)s; "
+                   "0 picks a free one, printed at start)")
+    p.add_argument("--bind", default="127.0.0.1", help="address to listen on (default %(default)s)")
+    p.add_argument("--password", default=None, help="require AUTH with this password (default: none; "
+                   "also read from $NVMW_PASSWORD so it stays out of the process list)")
+    add_store_args(p, engine_default="pmem")
+    p.add_argument("--pool-mb", type=int_in(8, 1 << 24), default=1024,
+                   help="size of a new pmem pool, MiB (default %(default)s)")
+    p.add_argument("--controller", default=DEFAULT_CONTROLLER, help=controller_help("%(default)s"))
+    p.add_argument("--sla", default=None, help="SLA spec judging each window: a TOML path or a shipped "
+                   "name (default: the calibrated spec for --device, the thesis's for none)")
+    p.add_argument("--metrics-port", type=_port, default=0,
+                   help="serve Prometheus text metrics on http://BIND:PORT/metrics (default 0: off)")
+    p.add_argument("--max-clients", type=int_in(1, 1 << 20), default=None,
+                   help="connections served at once; more are refused with an error (default: the server's)")
+    p.add_argument("--max-bulk-bytes", type=int_in(1, 1 << 40), default=None,
+                   help="largest value or argument accepted, bytes (default: the server's)")
+    p.add_argument("--io-threads", type=int_in(1, 64), default=None,
+                   help="network threads (default: the server's)")
+    p.add_argument("--log-windows", action="store_true",
+                   help="print one line per monitor window (threads, ops/s, interactive p99, queues, SLA)")
+    p.set_defaults(func=run)
+
+
+def _print_window(row: dict) -> None:
+    i, b = row["threads"]
+    print(f"window {row['seq']}: I/B {i}/{b}, {row['ops_per_s']:.0f} ops/s, interactive p99 "
+          f"{row['interactive_p99_us']:.0f} us, batch {row['batch_ops_per_s']:.0f} ops/s "
+          f"({row['batch_bytes_per_s'] / 1e6:.1f} MB/s), queues {row['interactive_queue']}/{row['batch_queue']}, "
+          f"rejected {row['rejected']}, SLA latency {'met' if row['sla_latency_met'] else 'missed'}, "
+          f"throughput {'met' if row['sla_throughput_met'] else 'missed'}", flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    password = args.password if args.password is not None else os.environ.get("NVMW_PASSWORD", "")
+    with pool_path(args.engine, args.path, argv_of(args), "nvmw-serve-") as path:
+        if args.engine == "pmem" and args.path is None:
+            print(f"nvmw serve: no --path: a temporary pool {path}, removed at exit", file=sys.stderr)
+        svc = Service(engine=args.engine, path=path, device=args.device, window_s=args.window,
+                      controller=args.controller, sla=args.sla, bind=args.bind, port=args.port,
+                      password=password, metrics_port=args.metrics_port or None,
+                      pool_size=args.pool_mb * _MIB, max_clients=args.max_clients,
+                      max_bulk_bytes=args.max_bulk_bytes, io_threads=args.io_threads,
+                      on_window=_print_window if args.log_windows else None)
+
+        def started(s: Service) -> None:
+            print(f"nvmw serve: listening on {s.address} (engine {s.engine_name}"
+                  f"{' ' + path if path else ''}, device {s.device}, controller {s.controller_name}, "
+                  f"window {s.window_s:g} s{', AUTH required' if password else ''})", flush=True)
+            if s.metrics_port is not None:
+                print(f"nvmw serve: metrics on http://{s.bind}:{s.metrics_port}/metrics", flush=True)
+
+        final = run_until_signal(svc, on_start=started)
+    print(f"nvmw serve: drained and closed ({final.get('commands', 0)} commands, "
+          f"{final.get('connections_total', 0)} connections)", flush=True)
+    return 0
