@@ -1,0 +1,252 @@
+"""`nvmw serve` and redis-server side by side, one run, same machine, same clients.
+
+Both servers run at once on loopback ports; each measurement runs on one server, then on
+the other, repeated `--rounds` times in alternating order (so background load on a shared
+machine falls on both), and the median round is reported.
+
+  (a) redis-benchmark, 128 B SET and GET, 50 clients: ops/s and p99.
+  (b) co-location: interactive 128 B SETs (redis-benchmark, `--inter-clients` clients) alone,
+      then while `--batch-clients` clients SET 800 KB values for longer than the interactive
+      run lasts: the interactive p99 and ops/s in both cases, and the batch SET/s.
+  (c) 800 KB GET throughput, 20 clients, over `--big-keys` stored values.
+
+nvmw serves a pmem pool on /dev/shm (PMEM_IS_PMEM_FORCE=1: cache-line flushes, every
+acknowledged SET durable in the pool); Redis runs with persistence off (`--save ""
+--appendonly no`), its fastest configuration. nvmw's classes come from the size rule
+(no client here sends NVMW.CLASS): 128 B SETs are interactive, 800 KB SETs batch.
+
+    python bench/serve_vs_redis.py --out bench/results-serve.json
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+VALUE_BIG = 800 * 1024
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def need(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        sys.exit(f"{tool} is not installed: scripts/setup.sh installs it")
+    return path
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"server on port {port} did not start")
+            time.sleep(0.1)
+
+
+def bench(port: int, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([need("redis-benchmark"), "-p", str(port), "--csv", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def results(proc: subprocess.Popen, timeout: float = 900.0) -> dict:
+    """{test: {"ops_per_s", "p50_ms", "p99_ms", "avg_ms"}} from redis-benchmark's CSV."""
+    out, err = proc.communicate(timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"redis-benchmark failed ({proc.returncode}): {err.strip()}")
+    rows = {}
+    for row in csv.DictReader(io.StringIO(out)):
+        rows[row["test"]] = {"ops_per_s": float(row["rps"]), "avg_ms": float(row["avg_latency_ms"]),
+                             "p50_ms": float(row["p50_latency_ms"]), "p99_ms": float(row["p99_latency_ms"])}
+    if not rows or re.search(r"\berr", err, re.I):
+        raise RuntimeError(f"redis-benchmark reported no results or errors: {out} {err}")
+    return rows
+
+
+def run(port: int, *args: str) -> dict:
+    return results(bench(port, *args))
+
+
+def fill_big_keys(port: int, n: int) -> None:
+    import redis
+
+    r = redis.Redis(host="127.0.0.1", port=port, protocol=2, socket_timeout=120)
+    value = os.urandom(VALUE_BIG)
+    for lo in range(0, n, 20):
+        pipe = r.pipeline(transaction=False)
+        for k in range(lo, min(n, lo + 20)):
+            pipe.set(f"key:{k:012d}", value)
+        pipe.execute()
+    r.close()
+
+
+def median_round(rounds: list, key) -> dict:
+    """The round whose `key` is the median (a real round, not a mix of rounds)."""
+    ordered = sorted(rounds, key=key)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def measure(servers: dict, args) -> dict:
+    names = list(servers)
+    out = {n: {"a": [], "b": [], "c": []} for n in names}
+    for rnd in range(args.rounds):
+        order = names if rnd % 2 == 0 else names[::-1]
+        for n in order:
+            port = servers[n]
+            # (a) 128 B SET and GET, 50 clients.
+            r = run(port, "-t", "set,get", "-n", str(args.small_n), "-c", "50", "-d", "128", "-r", "100000")
+            out[n]["a"].append({"set": r["SET"], "get": r["GET"]})
+            # (b) co-location. Interactive alone first.
+            inter_args = ("-t", "set", "-n", str(args.inter_n), "-c", str(args.inter_clients), "-d", "128",
+                          "-r", "100000")
+            t0 = time.monotonic()
+            alone = run(port, *inter_args)["SET"]
+            inter_s = time.monotonic() - t0
+            # Batch alone, briefly: its rate sizes the co-located batch run to outlast the
+            # interactive one (3x the interactive run's alone duration, plus 4 s).
+            t0 = time.monotonic()
+            batch_probe_n = max(args.batch_clients * 4, 40)
+            run(port, "-t", "set", "-n", str(batch_probe_n), "-c", str(args.batch_clients), "-d", str(VALUE_BIG),
+                "-r", str(args.big_keys))
+            batch_rate = batch_probe_n / max(time.monotonic() - t0, 1e-3)
+            batch_n = int(batch_rate * (3 * inter_s + 4.0)) + args.batch_clients
+            batch = bench(port, "-t", "set", "-n", str(batch_n), "-c", str(args.batch_clients), "-d", str(VALUE_BIG),
+                          "-r", str(args.big_keys))
+            time.sleep(1.0)  # the batch load is running
+            t0 = time.monotonic()
+            together = run(port, *inter_args)["SET"]
+            inter_together_s = time.monotonic() - t0
+            still_running = batch.poll() is None
+            t1 = time.monotonic()
+            b = results(batch)["SET"]
+            out[n]["b"].append({"interactive_alone": alone, "interactive_colocated": together,
+                                "batch": b, "batch_outlasted_interactive": still_running,
+                                "interactive_s": round(inter_together_s, 2),
+                                "batch_tail_s": round(time.monotonic() - t1, 2)})
+            # (c) 800 KB GETs: the keys redis-benchmark -r names, each set to 800 KB first.
+            fill_big_keys(port, args.big_keys)
+            r = run(port, "-t", "get", "-n", str(args.big_get_n), "-c", "20", "-r", str(args.big_keys))
+            out[n]["c"].append(r["GET"])
+    summary = {}
+    for n in names:
+        a = median_round(out[n]["a"], lambda x: x["set"]["ops_per_s"] + x["get"]["ops_per_s"])
+        b = median_round(out[n]["b"], lambda x: x["interactive_colocated"]["p99_ms"])
+        c = median_round(out[n]["c"], lambda x: x["ops_per_s"])
+        ia, it = b["interactive_alone"], b["interactive_colocated"]
+        summary[n] = {
+            "a_set_128B": a["set"], "a_get_128B": a["get"],
+            "b_interactive_alone": ia, "b_interactive_colocated": it, "b_batch_set_800KB": b["batch"],
+            "b_batch_outlasted_interactive": b["batch_outlasted_interactive"],
+            "b_p99_colocated_over_alone": round(it["p99_ms"] / ia["p99_ms"], 3) if ia["p99_ms"] else None,
+            "b_ops_colocated_over_alone": round(it["ops_per_s"] / ia["ops_per_s"], 3),
+            "c_get_800KB": dict(c, mb_per_s=round(c["ops_per_s"] * VALUE_BIG / 1e6, 1)),
+        }
+    return {"summary": summary, "rounds": out}
+
+
+def goals(s: dict) -> dict:
+    n, r = s["nvmw"], s["redis"]
+    return {
+        "a_set_ops_ge_redis": n["a_set_128B"]["ops_per_s"] >= r["a_set_128B"]["ops_per_s"],
+        "a_get_ops_ge_redis": n["a_get_128B"]["ops_per_s"] >= r["a_get_128B"]["ops_per_s"],
+        "a_set_p99_le_redis": n["a_set_128B"]["p99_ms"] <= r["a_set_128B"]["p99_ms"],
+        "a_get_p99_le_redis": n["a_get_128B"]["p99_ms"] <= r["a_get_128B"]["p99_ms"],
+        "b_colocated_p99_le_2x_alone": n["b_p99_colocated_over_alone"] is not None
+        and n["b_p99_colocated_over_alone"] <= 2.0,
+        "b_colocated_ops_ge_0.8x_alone": n["b_ops_colocated_over_alone"] >= 0.8,
+        "b_batch_set_ge_redis": n["b_batch_set_800KB"]["ops_per_s"] >= r["b_batch_set_800KB"]["ops_per_s"],
+        "c_get_800KB_ge_redis": n["c_get_800KB"]["ops_per_s"] >= r["c_get_800KB"]["ops_per_s"],
+    }
+
+
+def version(cmd: list) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--small-n", type=int, default=100_000, help="(a) requests per test")
+    ap.add_argument("--inter-n", type=int, default=50_000, help="(b) interactive SETs")
+    ap.add_argument("--inter-clients", type=int, default=4)
+    ap.add_argument("--batch-clients", type=int, default=20)
+    ap.add_argument("--big-keys", type=int, default=200, help="(b, c) distinct 800 KB keys")
+    ap.add_argument("--big-get-n", type=int, default=4000, help="(c) 800 KB GETs")
+    ap.add_argument("--controller", default="fixed:15,15", help="nvmw serve --controller")
+    ap.add_argument("--io-threads", type=int, default=None, help="nvmw serve --io-threads")
+    ap.add_argument("--out", default=None, help="also write the JSON here")
+    args = ap.parse_args()
+    need("redis-benchmark")
+    redis_server = need("redis-server")
+
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="nvmw-serve-bench-", dir="/dev/shm") as d:
+        rport, nport = free_port(), free_port()
+        redis_proc = subprocess.Popen([redis_server, "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
+                                       "--appendonly", "no", "--dir", d, "--logfile", os.path.join(d, "redis.log")],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        env = dict(os.environ, PMEM_IS_PMEM_FORCE="1")
+        cmd = [sys.executable, "-m", "nvmw", "serve", "--port", str(nport), "--engine", "pmem", "--path",
+               os.path.join(d, "serve.pool"), "--pool-mb", "2048", "--controller", args.controller]
+        if args.io_threads:
+            cmd += ["--io-threads", str(args.io_threads)]
+        nvmw_proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_port(rport, redis_proc)
+            wait_port(nport, nvmw_proc)
+            result = measure({"nvmw": nport, "redis": rport}, args)
+        finally:
+            for p in (nvmw_proc, redis_proc):
+                p.send_signal(signal.SIGTERM)
+            nvmw_rc, redis_rc = nvmw_proc.wait(timeout=300), redis_proc.wait(timeout=60)
+    import nvmw
+
+    commit = version(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "--short", "HEAD"])
+    report = {
+        "machine": {"cores": os.cpu_count(), "load_avg_1_5_15_before": [round(x, 2) for x in load_before],
+                    "load_avg_1_5_15_after": [round(x, 2) for x in os.getloadavg()],
+                    "python": platform.python_version(), "kernel": platform.release()},
+        "versions": {"nvmw": nvmw.__version__, "nvmw_commit": commit, "redis_server": version([redis_server, "--version"]),
+                     "redis_benchmark": version([need("redis-benchmark"), "--version"])},
+        "config": {"nvmw": f"nvmw serve --engine pmem (pool on /dev/shm, PMEM_IS_PMEM_FORCE=1) --controller "
+                           f"{args.controller}" + (f" --io-threads {args.io_threads}" if args.io_threads else ""),
+                   "redis": "redis-server --save '' --appendonly no (no persistence)",
+                   "rounds": args.rounds, "small_n": args.small_n, "inter_n": args.inter_n,
+                   "inter_clients": args.inter_clients, "batch_clients": args.batch_clients,
+                   "big_keys": args.big_keys, "big_get_n": args.big_get_n, "value_big_bytes": VALUE_BIG},
+        "exit_codes": {"nvmw": nvmw_rc, "redis": redis_rc},
+        **result,
+    }
+    report["goals_met"] = goals(report["summary"])
+    text = json.dumps(report, indent=2, sort_keys=True)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
