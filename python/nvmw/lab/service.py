@@ -96,6 +96,8 @@ class Service:
         the HTTP endpoint serving Prometheus text metrics at /metrics (on `bind`).
     max_clients ... io_threads: the server's limits (None: its defaults).
     on_window: called with one summary row per closed window (from the control thread).
+    server_factory: what builds the server, called as `_core.Server` is (default
+        `_core.Server`); another RESP front end, or a stand-in in tests, can be put here.
     """
 
     def __init__(self, *, engine: str = "memory", path: Optional[str] = None, device: Optional[str] = None,
@@ -105,7 +107,8 @@ class Service:
                  max_clients: Optional[int] = None, max_bulk_bytes: Optional[int] = None,
                  max_args: Optional[int] = None, max_output_bytes: Optional[int] = None,
                  io_threads: Optional[int] = None,
-                 on_window: Optional[Callable[[dict], None]] = None):
+                 on_window: Optional[Callable[[dict], None]] = None,
+                 server_factory: Optional[Callable[..., Any]] = None):
         self.device = device or "none"
         self.sla = sla if isinstance(sla, SLASpec) else load_spec(sla, device=self.device)
         self.controller = make_controller(controller, ControllerContext(sla=self.sla, device=self.device))
@@ -124,6 +127,7 @@ class Service:
                                          ("max_args", max_args), ("max_output_bytes", max_output_bytes),
                                          ("io_threads", io_threads)) if v is not None}
         self.on_window = on_window
+        self.server_factory = server_factory
         self.mw: Optional[Middleware] = None
         self.server = None
         self.loop: Optional[ControlLoop] = None
@@ -140,7 +144,8 @@ class Service:
     # -- lifetime ----------------------------------------------------------------------------
     def start(self) -> "Service":
         """Open the store, start the server, the control thread and the metrics endpoint."""
-        if not hasattr(_core, "Server"):
+        factory = self.server_factory or getattr(_core, "Server", None)
+        if factory is None:
             raise NotSupportedError("this build of nvmw._core has no network server (_core.Server): "
                                     "rebuild and reinstall nvmw")
         start = getattr(self.controller, "initial_threads", None) or DEFAULT_START
@@ -153,8 +158,8 @@ class Service:
             self.loop = ControlLoop(_MiddlewarePlant(self.mw, max(1.0, 5 * self.window_s)), self.sla,
                                     max_threads=self.max_threads, control=self.control)
             self.loop.restart(start)
-            self.server = _core.Server(self.mw.core, self.mw.engine, bind=self.bind, port=self._port,
-                                       password=self.password, **self.limits)
+            self.server = factory(self.mw.core, self.mw.engine, bind=self.bind, port=self._port,
+                                  password=self.password, **self.limits)
             self.server.start()
             self._control_thread = threading.Thread(target=self._control_run, name="nvmw-control", daemon=True)
             self._control_thread.start()

@@ -1,0 +1,181 @@
+"""nvmw.lab.service.Service in-process, with a stand-in for the network server: the
+controller runs after every window through the control loop, the metrics are valid
+Prometheus text with the live values, stop() drains the server before the middleware,
+and the server gets exactly the limits it was given. (The real server with real clients:
+test_serve.py.)"""
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from nvmw import _core
+from nvmw.cli import main
+from nvmw.control.loop import INFO_KEYS
+from nvmw.errors import NotSupportedError, ShutdownError
+from nvmw.lab.service import Service
+
+
+class StubServer:
+    """Records how the service drives it; its stop() checks the middleware still serves."""
+
+    def __init__(self, middleware, engine, **kw):
+        self.middleware, self.engine, self.kw = middleware, engine, kw
+        self.port = kw["port"] or 40001
+        self.events = []
+        self.stopped_with_middleware_running = None
+
+    def start(self):
+        self.events.append("start")
+
+    def stop(self):
+        self.events.append("stop")
+        # A drain finishes in-flight commands: the middleware must still accept them here.
+        self.middleware.put(b"in-flight", b"v", 2)
+        self.stopped_with_middleware_running = True
+
+    def stats(self):
+        return {"connections_current": 2, "connections_total": 5, "rejected_connections": 1, "commands": 42,
+                "protocol_errors": 0, "auth_failures": 3, "output_buffer_closes": 0}
+
+
+def wait_until(cond, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def metric(text: str, line_prefix: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(line_prefix + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise KeyError(line_prefix)
+
+
+def test_controller_decides_after_every_window():
+    calls = []
+
+    def controller(obs, info):
+        calls.append(dict(info))
+        return (3, 2)
+
+    rows = []
+    svc = Service(engine="memory", window_s=0.05, controller=controller, port=0, server_factory=StubServer,
+                  on_window=rows.append)
+    svc.start()
+    try:
+        assert svc.mw.threads == (15, 15)  # a controller with no starting point starts at 15/15
+        assert wait_until(lambda: len(calls) >= 3)
+        assert wait_until(lambda: svc.mw.threads == (3, 2))
+        assert set(calls[0]) == set(INFO_KEYS)
+        assert calls[0]["control"] is True and calls[0]["window_s"] == 0.05
+        assert wait_until(lambda: any(r["threads"] == [3, 2] for r in rows))
+        assert rows[0]["seq"] >= 1
+    finally:
+        svc.stop()
+
+
+def test_stop_drains_the_server_before_the_middleware():
+    svc = Service(engine="memory", window_s=0.05, port=0, server_factory=StubServer)
+    svc.start()
+    server, mw = svc.server, svc.mw
+    assert server.events == ["start"]
+    assert server.kw["bind"] == "127.0.0.1" and server.kw["password"] == ""
+    final = svc.stop()
+    assert server.events == ["start", "stop"]
+    assert server.stopped_with_middleware_running
+    assert final["commands"] == 42
+    assert svc.mw is None and svc.server is None
+    with pytest.raises(ShutdownError):
+        mw.put(b"after", b"v")  # closed
+    assert svc.stop() == final  # idempotent
+
+
+def test_only_given_limits_reach_the_server():
+    svc = Service(engine="memory", port=0, max_clients=7, io_threads=2, server_factory=StubServer)
+    svc.start()
+    try:
+        kw = svc.server.kw
+        assert kw["max_clients"] == 7 and kw["io_threads"] == 2
+        assert "max_bulk_bytes" not in kw and "max_args" not in kw and "max_output_bytes" not in kw
+    finally:
+        svc.stop()
+
+
+def test_metrics_are_valid_prometheus_text_with_live_values():
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is not installed: scripts/setup.sh installs it (Debian package prometheus)")
+    svc = Service(engine="memory", window_s=0.05, controller="fixed:4,3", port=0, server_factory=StubServer)
+    svc.start()
+    try:
+        for n in range(300):
+            svc.mw.put(f"b{n}".encode(), b"x", cls="batch")
+        assert wait_until(lambda: metric(svc.metrics_text().decode(),
+                                         'nvmw_request_latency_seconds_count{class="batch"}') >= 300)
+        text = svc.metrics_text().decode()
+    finally:
+        svc.stop()
+    out = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert metric(text, 'nvmw_thread_limit{class="interactive"}') == 4
+    assert metric(text, 'nvmw_thread_limit{class="batch"}') == 3
+    assert metric(text, "nvmw_server_commands_total") == 42
+    assert metric(text, "nvmw_server_connections") == 2
+    assert metric(text, "nvmw_server_auth_failures_total") == 3
+    assert metric(text, "nvmw_windows_total") >= 1
+    assert metric(text, 'nvmw_request_latency_seconds{class="batch",quantile="0.99"}') >= 0
+    assert 'controller="fixed-I4B3"' in text and 'engine="memory"' in text
+
+
+def test_no_control_reports_no_limits():
+    svc = Service(engine="memory", window_s=0.05, controller="none", port=0, server_factory=StubServer)
+    svc.start()
+    try:
+        assert svc.mw.control is False
+        assert wait_until(lambda: svc.window() is not None)
+        assert metric(svc.metrics_text().decode(), 'nvmw_thread_limit{class="interactive"}') == 0
+    finally:
+        svc.stop()
+
+
+def test_metrics_endpoint_over_http():
+    svc = Service(engine="memory", window_s=0.05, port=0, metrics_port=0, server_factory=StubServer)
+    svc.start()
+    try:
+        url = f"http://127.0.0.1:{svc.metrics_port}"
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+            assert r.status == 200
+            assert r.headers["Content-Type"].startswith("text/plain")
+            assert b"nvmw_server_commands_total 42.0" in r.read()
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(url + "/other", timeout=10)
+        assert e.value.code == 404
+        e.value.close()
+    finally:
+        svc.stop()
+
+
+def test_a_core_without_a_server_is_a_clear_error(monkeypatch):
+    monkeypatch.delattr(_core, "Server", raising=False)
+    with pytest.raises(NotSupportedError, match="no network server"):
+        Service(engine="memory", port=0).start()
+
+
+def test_serve_refuses_bad_numbers(capsys):
+    for argv in (["serve", "--port", "70000"], ["serve", "--metrics-port", "-1"], ["serve", "--max-clients", "0"],
+                 ["serve", "--window", "0"]):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+        assert "out of range" in capsys.readouterr().err
+
+
+def test_serve_refuses_an_unknown_controller(capsys):
+    assert main(["serve", "--engine", "memory", "--controller", "bogus"]) == 1
+    assert "unknown controller" in capsys.readouterr().err
