@@ -125,6 +125,15 @@ class Middleware {
   // (done is not called on a non-OK return).
   Status Submit(Request request, Completion done);
 
+  // Non-blocking submission for an event loop (the Redis-protocol server): never waits
+  // for a permit. Caller-runs: when a permit of the request's class is free, runs the
+  // engine operation on the calling thread and calls done inline, before returning;
+  // otherwise queues the request in the class's FIFO and done runs later on a worker of
+  // the class. Hand-off: as Submit. No control: runs inline when the shared bound has
+  // room, else Overloaded (there are no workers to queue for). Return values as Submit
+  // (done is not called on a non-OK return).
+  Status SubmitOrRun(Request request, Completion done);
+
   // Last closed window (seq 0 and zeros before the first window closes).
   WindowStats GetStats() const;
   // Thesis Table 3.2 state, taken from the last closed window plus current threads.

@@ -3,6 +3,7 @@
 // the hand-off path (admission gate, enqueue), waking synchronous callers (futex wake
 // words), and the async task pool.
 #include <algorithm>
+#include <cstdio>
 #include <exception>
 #include <functional>
 #include <new>
@@ -321,6 +322,82 @@ Status Middleware::Impl::Submit(Request&& request, Completion&& done) {
   return Refuse(c, max_waiters);
 }
 
+void Middleware::Impl::RunInlineHoldingPermit(int c, OpType op, RequestClass cls,
+                                              std::string_view key, std::string_view value,
+                                              int64_t submit_ns, const Completion& done) {
+  uint64_t bytes = 0;
+  std::string out;
+  Status result = ExecuteOp(db, op, key, value, &out, &bytes);
+  // Recorded before the permit goes back (Stop's drain, as in RunOnCaller).
+  CallerStripe()->Record(cls, static_cast<uint64_t>(std::max<int64_t>(0, FastNowNs() - submit_ns)),
+                         bytes, op != OpType::kGet, IsError(result));
+  if (!result.ok()) out.clear();
+  try {
+    done(result, std::move(out));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nvmw: completion threw (ignored): %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "nvmw: completion threw (ignored)\n");
+  }
+  ReleasePermit(c, nullptr);
+}
+
+Status Middleware::Impl::SubmitOrRun(Request&& request, Completion&& done) {
+  if (options.control && options.execution == Execution::kHandOff) {
+    return Submit(std::move(request), std::move(done));
+  }
+  Status s = Validate(request.op, request.value.size(), request.cls);
+  if (!s.ok()) return s;
+  if (!done) return Status::InvalidArgument("SubmitOrRun needs a completion callback");
+  if (!started.load(std::memory_order_acquire)) {
+    return Status::Shutdown("middleware is not running");
+  }
+  const int64_t submit_ns = FastNowNs();
+  const RequestClass cls = Resolve(request.op, request.value.size(), request.cls);
+  const int c = static_cast<int>(cls);
+  if (!options.control) {
+    switch (PermitsOf(c).TryAcquire()) {
+      case Permits::Admit::kGranted:
+        break;
+      case Permits::Admit::kClosed:
+        return Status::Shutdown("middleware is not running");
+      default:
+        return Refuse(c, static_cast<uint64_t>(options.no_control_max_inflight));
+    }
+    RunInlineHoldingPermit(c, request.op, cls, request.key, request.value, submit_ns, done);
+    return Status::OK();
+  }
+  // The fast path takes a free permit without building a task; a queued request needs
+  // one that outlives this call.
+  switch (permits[c].TryAcquire()) {
+    case Permits::Admit::kGranted:
+      RunInlineHoldingPermit(c, request.op, cls, request.key, request.value, submit_ns, done);
+      return Status::OK();
+    case Permits::Admit::kClosed:
+      return Status::Shutdown("middleware is not running");
+    default:
+      break;
+  }
+  AsyncTask* t = NewAsyncTask(std::move(request), std::move(done), cls, submit_ns);
+  switch (permits[c].Acquire(t, max_waiters)) {
+    case Permits::Admit::kGranted: {
+      // A permit came free between the two attempts: run it here all the same.
+      RunInlineHoldingPermit(c, t->op, cls, t->key, t->value, submit_ns, t->done);
+      RecycleAsyncTask(t);
+      return Status::OK();
+    }
+    case Permits::Admit::kQueued:
+      return Status::OK();  // a released permit will bring it to the workers
+    case Permits::Admit::kClosed:
+      RecycleAsyncTask(t);
+      return Status::Shutdown("middleware is not running");
+    case Permits::Admit::kFull:
+      break;
+  }
+  RecycleAsyncTask(t);
+  return Refuse(c, max_waiters);
+}
+
 // ---- public entry points of this role ----
 
 Status Middleware::Get(std::string_view key, std::string* value, RequestClass cls) {
@@ -338,6 +415,10 @@ Status Middleware::Remove(std::string_view key, RequestClass cls) {
 
 Status Middleware::Submit(Request request, Completion done) {
   return impl_->Submit(std::move(request), std::move(done));
+}
+
+Status Middleware::SubmitOrRun(Request request, Completion done) {
+  return impl_->SubmitOrRun(std::move(request), std::move(done));
 }
 
 RequestClass Middleware::Classify(OpType op, size_t value_bytes, RequestClass hint) const {

@@ -240,6 +240,11 @@ struct Middleware::Impl {
   Status SyncCall(OpType op, std::string_view key, std::string_view value, std::string* out,
                   RequestClass hint);
   Status Submit(Request&& request, Completion&& done);
+  Status SubmitOrRun(Request&& request, Completion&& done);
+  // Runs a request that holds a permit of class c on this thread: executes, records,
+  // calls done, releases the permit (waiters it grants go to the workers).
+  void RunInlineHoldingPermit(int c, OpType op, RequestClass cls, std::string_view key,
+                              std::string_view value, int64_t submit_ns, const Completion& done);
 
   // ---- workers and pools (middleware_pools.cc) ----
   static void WakeOne(Pool& p);

@@ -63,6 +63,23 @@ class Permits {
     return AcquireSlow(w, max_waiters);
   }
 
+  // Takes a free permit without ever queuing: kGranted, kClosed, or kFull when none is
+  // free (or others already wait: a newcomer never overtakes a waiter).
+  Admit TryAcquire() {
+    uint64_t cur = word_.load(std::memory_order_relaxed);
+    for (;;) {
+      if (cur & kClosedBit) return Admit::kClosed;
+      if ((cur & kWaiterMask) != 0 ||
+          InUse(cur) >= static_cast<uint64_t>(limit_.load(std::memory_order_relaxed))) {
+        return Admit::kFull;
+      }
+      if (word_.compare_exchange_weak(cur, cur + 1, std::memory_order_acquire,
+                                      std::memory_order_relaxed)) {
+        return Admit::kGranted;
+      }
+    }
+  }
+
   // Gives back one permit. Returns the waiters that hold a permit now (oldest first,
   // linked through `next`, nullptr when none): the one handed the released permit, plus
   // any that room under the limit admits. The caller must dispatch each one.
