@@ -74,6 +74,7 @@ void BindDevice(nb::module_& m);       // bind_device.cc: device model, emulated
 void BindTrace(nb::module_& m);        // bind_trace.cc: trace readers, synth, replay
 void BindYcsb(nb::module_& m);         // bind_ycsb.cc: YCSB-style generator
 void BindSim(nb::module_& m);          // bind_sim.cc: the simulator (nvmw/sim.h)
+void BindServer(nb::module_& m);       // bind_server.cc: the Redis-protocol server (nvmw/server.h)
 
 }  // namespace nvmw::py
 

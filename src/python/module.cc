@@ -14,4 +14,5 @@ NB_MODULE(_core, m) {
   nvmw::py::BindTrace(m);
   nvmw::py::BindYcsb(m);
   nvmw::py::BindSim(m);
+  nvmw::py::BindServer(m);
 }

@@ -1,0 +1,97 @@
+// Server: a Redis-protocol (RESP2) TCP front end of the middleware (docs/server.md).
+//
+// Clients speak the Redis protocol (redis-cli, redis-py, redis-benchmark, twemproxy);
+// each GET/SET/DEL/EXISTS/MGET/MSET becomes middleware requests of the connection's
+// class (NVMW.CLASS; by default the middleware's size rule). An epoll event loop per io
+// thread (one by default) reads, parses and answers every connection; it never waits
+// for a permit: a request whose class has a free permit runs on the io thread
+// (caller-runs, Middleware::SubmitOrRun), one that has to wait is run later by a worker
+// of its class, and its reply is posted back to the loop. A connection with a command in
+// flight parses no further command until it completes, so replies keep request order;
+// other connections go on. A SET is acknowledged once the engine's Put returned OK
+// (durable on the pmem engine).
+//
+// Thread safety: Start and Stop from one thread; port() and Stats() from any thread.
+// Ownership: neither the middleware nor the engine is owned; both must outlive Stop()
+// (the destructor calls Stop()).
+#ifndef NVMW_SERVER_H_
+#define NVMW_SERVER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "nvmw/engine.h"
+#include "nvmw/middleware.h"
+#include "nvmw/status.h"
+
+namespace nvmw {
+
+struct ServerOptions {
+  // Address to listen on (IPv4 or IPv6 literal). The loopback default keeps the server
+  // private to the machine; bind "0.0.0.0" only with a password on a trusted network.
+  std::string bind = "127.0.0.1";
+  // TCP port; 0 picks a free ephemeral port (read it back with port()).
+  int port = 6379;
+  // When not empty, every connection must AUTH with it first (-NOAUTH otherwise).
+  std::string password;
+  // Connections open at once; one more is answered "-ERR max number of clients
+  // reached" and closed (Redis's maxclients default).
+  size_t max_clients = 10000;
+  // Largest argument ($<len>) accepted; a larger one is a protocol error (Redis's
+  // proto-max-bulk-len default, 512 MB).
+  uint64_t max_bulk_bytes = 512ull << 20;
+  // Most arguments in one command (*<n>); more is a protocol error.
+  size_t max_args = 1 << 20;
+  // Replies pending on one connection before it stops being read (a client that sends
+  // but does not read cannot make the server buffer without bound).
+  uint64_t max_output_bytes = 64ull << 20;
+  // A connection whose pending output stays at or above max_output_bytes this long
+  // without the client reading any of it is closed (counted in output_buffer_closes).
+  double output_stall_timeout_s = 30.0;
+  // Event-loop threads; connections are spread over them as they are accepted.
+  int io_threads = 1;
+  // Stop(): how long replies may take to reach slow readers before their
+  // connections are closed anyway (commands in flight always finish first).
+  double stop_timeout_s = 10.0;
+};
+
+struct ServerStats {
+  uint64_t connections_current = 0;   // open connections
+  uint64_t connections_total = 0;     // accepted since Start (rejected ones excluded)
+  uint64_t rejected_connections = 0;  // refused: max_clients reached
+  uint64_t commands = 0;              // commands executed (errors included)
+  uint64_t protocol_errors = 0;       // connections closed for malformed input
+  uint64_t auth_failures = 0;         // AUTH/HELLO with a wrong password
+  uint64_t output_buffer_closes = 0;  // connections closed for not reading their replies
+};
+
+class Server {
+ public:
+  Server();
+  ~Server();  // calls Stop()
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds, listens and starts the io threads. `mw` must be started; `engine` is the
+  // engine it runs on (DBSIZE and INFO's key count read it directly). InvalidArgument
+  // for bad options, IOError when the address cannot be bound.
+  Status Start(Middleware* mw, Engine* engine, const ServerOptions& options);
+  // The port listened on (the actual one when options.port was 0); 0 before Start.
+  int port() const;
+  // Graceful: stops accepting, lets commands in flight finish, flushes their replies
+  // (bounded by stop_timeout_s), closes every connection and joins the io threads.
+  // Idempotent.
+  Status Stop();
+  ServerStats Stats() const;
+
+  struct Impl;  // src/server/server_impl.h
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace nvmw
+
+#endif  // NVMW_SERVER_H_

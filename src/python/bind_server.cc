@@ -1,0 +1,107 @@
+// Binding of the Redis-protocol server (nvmw/server.h): `_core.Server`. It shares
+// ownership of the middleware and the engine it serves, so neither can be freed while
+// it runs; start() and stop() release the GIL (the io threads never take it).
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+
+#include <memory>
+#include <string>
+
+#include "nvmw/server.h"
+#include "python/bind.h"
+
+namespace nvmw::py {
+
+namespace {
+
+// Members are destroyed in reverse order: the server (which stops) before the
+// middleware and the engine it uses.
+struct PyServer {
+  std::shared_ptr<PyEngine> engine;
+  std::shared_ptr<Middleware> mw;
+  ServerOptions options;
+  std::unique_ptr<Server> server;
+  bool started = false;
+};
+
+}  // namespace
+
+void BindServer(nb::module_& m) {
+  const ServerOptions d;
+  nb::class_<PyServer>(m, "Server",
+                       "Redis-protocol (RESP2) TCP server in front of a middleware (docs/server.md).")
+      .def(
+          "__init__",
+          [](PyServer* self, PyMiddleware& middleware, std::shared_ptr<PyEngine> engine,
+             const std::string& bind, int port, const std::string& password, size_t max_clients,
+             uint64_t max_bulk_bytes, size_t max_args, uint64_t max_output_bytes, int io_threads,
+             double output_stall_timeout_s, double stop_timeout_s) {
+            std::shared_ptr<Middleware> mw = AcquireMiddleware(middleware, "Server");
+            if (!engine || !engine->engine) {
+              ThrowIfError(Status::InvalidArgument("engine is closed or missing"));
+            }
+            ServerOptions o;
+            o.bind = bind;
+            o.port = port;
+            o.password = password;
+            o.max_clients = max_clients;
+            o.max_bulk_bytes = max_bulk_bytes;
+            o.max_args = max_args;
+            o.max_output_bytes = max_output_bytes;
+            o.io_threads = io_threads;
+            o.output_stall_timeout_s = output_stall_timeout_s;
+            o.stop_timeout_s = stop_timeout_s;
+            new (self) PyServer{std::move(engine), std::move(mw), o, std::make_unique<Server>(), false};
+          },
+          nb::arg("middleware"), nb::arg("engine"), nb::arg("bind") = d.bind, nb::arg("port") = 0,
+          nb::arg("password") = d.password, nb::arg("max_clients") = d.max_clients,
+          nb::arg("max_bulk_bytes") = d.max_bulk_bytes, nb::arg("max_args") = d.max_args,
+          nb::arg("max_output_bytes") = d.max_output_bytes, nb::arg("io_threads") = d.io_threads,
+          nb::arg("output_stall_timeout_s") = d.output_stall_timeout_s,
+          nb::arg("stop_timeout_s") = d.stop_timeout_s,
+          "A server over `middleware` (a _core.Middleware) and the _core.Engine it runs on.\n"
+          "port=0 picks a free port (read .port after start()).")
+      .def("start",
+           [](PyServer& self) {
+             if (self.started) ThrowIfError(Status::InvalidArgument("server already started"));
+             Status s;
+             {
+               nb::gil_scoped_release release;
+               s = self.server->Start(self.mw.get(), self.engine->engine.get(), self.options);
+             }
+             ThrowIfError(s);
+             self.started = true;
+           },
+           "Bind, listen and start the io threads (StorageIOError when the address is taken).")
+      .def_prop_ro("port", [](PyServer& self) { return self.server->port(); },
+                   "The port listened on (the actual one when 0 was asked); 0 before start().")
+      .def("stop",
+           [](PyServer& self) {
+             Status s;
+             {
+               nb::gil_scoped_release release;
+               s = self.server->Stop();
+             }
+             ThrowIfError(s);
+           },
+           "Graceful stop: stop accepting, finish commands in flight, flush their replies\n"
+           "(bounded by stop_timeout_s), close every connection. Idempotent.")
+      .def("stats",
+           [](PyServer& self) {
+             const ServerStats st = self.server->Stats();
+             nb::dict out;
+             out["connections_current"] = st.connections_current;
+             out["connections_total"] = st.connections_total;
+             out["rejected_connections"] = st.rejected_connections;
+             out["commands"] = st.commands;
+             out["protocol_errors"] = st.protocol_errors;
+             out["auth_failures"] = st.auth_failures;
+             out["output_buffer_closes"] = st.output_buffer_closes;
+             return out;
+           },
+           "Counters since start(): connections_current, connections_total,\n"
+           "rejected_connections, commands, protocol_errors, auth_failures, output_buffer_closes.");
+}
+
+}  // namespace nvmw::py

@@ -1,0 +1,736 @@
+// The Redis-protocol server's commands (docs/server.md, "Commands"): the command table
+// (names, arity, flags as COMMAND reports them), authentication, the connection and
+// introspection commands answered on the io thread, and the key commands, which become
+// middleware requests submitted with SubmitOrRun one key after the other.
+#include <fnmatch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <ctime>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+
+#include "nvmw/stats.h"
+#include "server/server_impl.h"
+#include "util/clock.h"
+
+namespace nvmw {
+
+namespace {
+
+// The version reported to clients as redis_version: the Redis command set and replies
+// this server follows (clients pick features by it).
+constexpr const char* kRedisVersion = "7.0.0";
+constexpr const char* kNvmwVersion = "0.1.0";
+
+enum class Cmd {
+  kGet, kSet, kDel, kExists, kMget, kMset, kPing, kEcho, kInfo, kDbsize, kSelect, kQuit,
+  kAuth, kHello, kClient, kCommand, kConfig, kTime, kNvmwClass, kNvmwStats,
+};
+
+struct CommandSpec {
+  std::string_view name;  // lower case
+  Cmd cmd;
+  int arity;              // Redis convention: n exact, -n at least n (name included)
+  std::array<std::string_view, 3> flags;
+  int first_key, last_key, step;
+};
+
+constexpr CommandSpec kCommands[] = {
+    {"get", Cmd::kGet, 2, {"readonly", "fast"}, 1, 1, 1},
+    {"set", Cmd::kSet, -3, {"write", "denyoom"}, 1, 1, 1},
+    {"del", Cmd::kDel, -2, {"write"}, 1, -1, 1},
+    {"exists", Cmd::kExists, -2, {"readonly", "fast"}, 1, -1, 1},
+    {"mget", Cmd::kMget, -2, {"readonly", "fast"}, 1, -1, 1},
+    {"mset", Cmd::kMset, -3, {"write", "denyoom"}, 1, -1, 2},
+    {"ping", Cmd::kPing, -1, {"fast"}, 0, 0, 0},
+    {"echo", Cmd::kEcho, 2, {"fast"}, 0, 0, 0},
+    {"info", Cmd::kInfo, -1, {"loading", "stale"}, 0, 0, 0},
+    {"dbsize", Cmd::kDbsize, 1, {"readonly", "fast"}, 0, 0, 0},
+    {"select", Cmd::kSelect, 2, {"loading", "stale", "fast"}, 0, 0, 0},
+    {"quit", Cmd::kQuit, -1, {"loading", "stale", "fast"}, 0, 0, 0},
+    {"auth", Cmd::kAuth, -2, {"noscript", "loading", "fast"}, 0, 0, 0},
+    {"hello", Cmd::kHello, -1, {"noscript", "loading", "fast"}, 0, 0, 0},
+    {"client", Cmd::kClient, -2, {"noscript", "loading", "stale"}, 0, 0, 0},
+    {"command", Cmd::kCommand, -1, {"loading", "stale"}, 0, 0, 0},
+    {"config", Cmd::kConfig, -2, {"admin", "noscript", "loading"}, 0, 0, 0},
+    {"time", Cmd::kTime, 1, {"random", "loading", "fast"}, 0, 0, 0},
+    {"nvmw.class", Cmd::kNvmwClass, -1, {"fast"}, 0, 0, 0},
+    {"nvmw.stats", Cmd::kNvmwStats, 1, {"loading", "stale"}, 0, 0, 0},
+};
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& ch : out) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return out;
+}
+
+bool EqualsNoCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+const CommandSpec* Find(std::string_view name) {
+  for (const CommandSpec& c : kCommands) {
+    if (EqualsNoCase(c.name, name)) return &c;
+  }
+  return nullptr;
+}
+
+// A middleware status as a Redis error reply (without the leading '-').
+std::string ErrorFor(const Status& s) {
+  switch (s.code()) {
+    case Status::Code::kOverloaded:
+      return "OVERLOADED " + s.message();
+    case Status::Code::kNoSpace:
+      return "OOM " + s.message();
+    case Status::Code::kShutdown:
+      return "ERR server is shutting down";
+    case Status::Code::kInvalidArgument:
+      return "ERR invalid argument: " + s.message();
+    default:
+      return std::string("ERR ") + Status::CodeName(s.code()) + ": " + s.message();
+  }
+}
+
+void AppendCommandEntry(std::string* out, const CommandSpec& c) {
+  resp::AppendArrayHeader(out, 10);
+  resp::AppendBulk(out, c.name);
+  resp::AppendInteger(out, c.arity);
+  size_t nflags = 0;
+  for (std::string_view f : c.flags) nflags += f.empty() ? 0 : 1;
+  resp::AppendArrayHeader(out, nflags);
+  for (std::string_view f : c.flags) {
+    if (!f.empty()) resp::AppendSimple(out, f);
+  }
+  resp::AppendInteger(out, c.first_key);
+  resp::AppendInteger(out, c.last_key);
+  resp::AppendInteger(out, c.step);
+  for (int k = 0; k < 4; ++k) resp::AppendArrayHeader(out, 0);  // ACL categories, tips, key specs, subcommands
+}
+
+void AppendJsonNumber(std::string* out, double v) {
+  if (!std::isfinite(v)) {
+    out->append("null");
+    return;
+  }
+  char buf[32];
+  auto [ptr, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  out->append(buf, ptr);
+}
+
+template <typename T>
+void AppendJsonValue(std::string* out, T v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    AppendJsonNumber(out, v);
+  } else {
+    out->append(std::to_string(v));
+  }
+}
+
+void AppendClassJson(std::string* out, const ClassStats& s) {
+  out->push_back('{');
+  bool first = true;
+  for (const ClassStatField& f : kClassStatFields) {
+    if (!first) out->push_back(',');
+    first = false;
+    out->push_back('"');
+    out->append(f.name);
+    out->append("\":");
+    std::visit([&](auto member) { AppendJsonValue(out, s.*member); }, f.member);
+  }
+  out->push_back('}');
+}
+
+const char* ClassName(RequestClass c) {
+  switch (c) {
+    case RequestClass::kInteractive: return "interactive";
+    case RequestClass::kBatch: return "batch";
+    default: return "auto";
+  }
+}
+
+bool ValidClientName(std::string_view n) {
+  for (char ch : n) {
+    if (ch < '!' || ch > '~') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// ---- key commands: one middleware request per key ----
+
+void Server::Impl::Continue(IoThread* io, Conn* c) {
+  PendingCommand& p = *c->pending;
+  while (p.next < p.total) {
+    Request r;
+    r.cls = c->cls;
+    switch (p.kind) {
+      case PendingCommand::Kind::kGet:
+      case PendingCommand::Kind::kMget:
+      case PendingCommand::Kind::kExists:
+        r.op = OpType::kGet;
+        r.key = std::move(p.args[1 + p.next]);
+        break;
+      case PendingCommand::Kind::kDel:
+        r.op = OpType::kRemove;
+        r.key = std::move(p.args[1 + p.next]);
+        break;
+      case PendingCommand::Kind::kSet:
+      case PendingCommand::Kind::kMset:
+        r.op = OpType::kPut;
+        r.key = std::move(p.args[1 + 2 * p.next]);
+        r.value = std::move(p.args[2 + 2 * p.next]);
+        break;
+    }
+    c->result_inline = false;
+    Status s = mw->SubmitOrRun(std::move(r), [c](const Status& st, std::string&& v) {
+      c->result_status = st;
+      c->result_value = std::move(v);
+      if (t_current_io == c->io) {
+        c->result_inline = true;  // ran inside SubmitOrRun, on the loop
+      } else {
+        Post(c);
+      }
+    });
+    if (!s.ok()) {
+      c->result_status = s;
+      c->result_value.clear();
+      Absorb(c);
+      continue;
+    }
+    if (c->result_inline) {
+      Absorb(c);
+      continue;
+    }
+    c->in_flight = true;
+    io->in_flight.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  FinishPending(c);
+}
+
+void Server::Impl::Absorb(Conn* c) {
+  PendingCommand& p = *c->pending;
+  const Status& s = c->result_status;
+  const size_t i = p.next++;
+  if (!s.ok() && !s.IsNotFound()) {
+    if (p.error.empty()) p.error = ErrorFor(s);
+    p.next = p.total;  // the command stops at its first error
+    c->result_value.clear();
+    return;
+  }
+  switch (p.kind) {
+    case PendingCommand::Kind::kGet:
+    case PendingCommand::Kind::kMget:
+      if (s.ok()) {
+        p.values[i] = std::move(c->result_value);
+        p.found[i] = 1;
+      }
+      break;
+    case PendingCommand::Kind::kDel:
+    case PendingCommand::Kind::kExists:
+      if (s.ok()) ++p.count;
+      break;
+    case PendingCommand::Kind::kSet:
+    case PendingCommand::Kind::kMset:
+      break;
+  }
+  c->result_value.clear();
+}
+
+void Server::Impl::FinishPending(Conn* c) {
+  std::unique_ptr<PendingCommand> p = std::move(c->pending);
+  if (!p->error.empty()) {
+    Send(c, [&](std::string* out) { resp::AppendError(out, p->error); });
+    return;
+  }
+  switch (p->kind) {
+    case PendingCommand::Kind::kGet:
+      if (p->found[0]) {
+        SendValue(c, std::move(p->values[0]));
+      } else {
+        Send(c, [](std::string* out) { resp::AppendNull(out); });
+      }
+      break;
+    case PendingCommand::Kind::kMget:
+      Send(c, [&](std::string* out) { resp::AppendArrayHeader(out, p->total); });
+      for (size_t i = 0; i < p->total; ++i) {
+        if (p->found[i]) {
+          SendValue(c, std::move(p->values[i]));
+        } else {
+          Send(c, [](std::string* out) { resp::AppendNull(out); });
+        }
+      }
+      break;
+    case PendingCommand::Kind::kDel:
+    case PendingCommand::Kind::kExists:
+      Send(c, [&](std::string* out) { resp::AppendInteger(out, p->count); });
+      break;
+    case PendingCommand::Kind::kSet:
+    case PendingCommand::Kind::kMset:
+      Send(c, [](std::string* out) { resp::AppendSimple(out, "OK"); });
+      break;
+  }
+}
+
+// ---- INFO and NVMW.STATS ----
+
+std::string Server::Impl::Info(const std::vector<std::string>& args) {
+  bool all = args.size() < 2;
+  std::vector<std::string> sections;
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string s = Lower(args[i]);
+    if (s == "all" || s == "everything" || s == "default") all = true;
+    sections.push_back(std::move(s));
+  }
+  auto want = [&](const char* name) {
+    return all || std::find(sections.begin(), sections.end(), name) != sections.end();
+  };
+  const int64_t uptime_s = (NowNs() - start_ns) / 1000000000LL;
+  std::string out;
+  auto line = [&](std::string_view k, const std::string& v) {
+    out.append(k);
+    out.push_back(':');
+    out.append(v);
+    out.append("\r\n");
+  };
+  auto section = [&](const char* title) {
+    if (!out.empty()) out.append("\r\n");
+    out.append("# ");
+    out.append(title);
+    out.append("\r\n");
+  };
+  if (want("server")) {
+    section("Server");
+    line("redis_version", kRedisVersion);
+    line("nvmw_version", kNvmwVersion);
+    line("redis_mode", "standalone");
+    line("os", "Linux");
+    line("arch_bits", std::to_string(sizeof(void*) * 8));
+    line("multiplexing_api", "epoll");
+    line("process_id", std::to_string(::getpid()));
+    line("tcp_port", std::to_string(port));
+    line("uptime_in_seconds", std::to_string(uptime_s));
+    line("uptime_in_days", std::to_string(uptime_s / 86400));
+    line("io_threads_active", std::to_string(options.io_threads));
+    line("engine", engine->Name());
+  }
+  if (want("clients")) {
+    section("Clients");
+    line("connected_clients", std::to_string(connections_current.load()));
+    line("maxclients", std::to_string(options.max_clients));
+    line("blocked_clients", "0");
+  }
+  if (want("stats")) {
+    section("Stats");
+    line("total_connections_received", std::to_string(connections_total.load()));
+    line("total_commands_processed", std::to_string(commands.load()));
+    line("rejected_connections", std::to_string(rejected_connections.load()));
+    line("nvmw_protocol_errors", std::to_string(protocol_errors.load()));
+    line("nvmw_auth_failures", std::to_string(auth_failures.load()));
+    line("nvmw_output_buffer_closes", std::to_string(output_buffer_closes.load()));
+  }
+  if (want("keyspace")) {
+    section("Keyspace");
+    line("db0", "keys=" + std::to_string(engine->Count()) + ",expires=0,avg_ttl=0");
+  }
+  return out;
+}
+
+std::string Server::Impl::StatsJson() {
+  const WindowStats w = mw->GetStats();
+  const State st = mw->GetState();
+  int ti = 0, tb = 0;
+  mw->GetThreads(&ti, &tb);
+  const MiddlewareOptions& mo = mw->options();
+  std::string out = "{\"window\":{\"seq\":" + std::to_string(w.seq) + ",\"start_s\":";
+  AppendJsonNumber(&out, w.start_s);
+  out += ",\"duration_s\":";
+  AppendJsonNumber(&out, w.duration_s);
+  out += ",\"interactive\":";
+  AppendClassJson(&out, w.interactive);
+  out += ",\"batch\":";
+  AppendClassJson(&out, w.batch);
+  out += ",\"all\":";
+  AppendClassJson(&out, w.all);
+  out += "},\"state\":{";
+  for (size_t i = 0; i < kStateNames.size(); ++i) {
+    if (i) out.push_back(',');
+    out += "\"";
+    out.append(kStateNames[i]);
+    out += "\":";
+    AppendJsonNumber(&out, st[i]);
+  }
+  out += "},\"threads\":{\"interactive\":" + std::to_string(ti) + ",\"batch\":" + std::to_string(tb) +
+         "},\"queue\":{\"interactive\":" + std::to_string(mw->QueueLength(RequestClass::kInteractive)) +
+         ",\"batch\":" + std::to_string(mw->QueueLength(RequestClass::kBatch)) + "}";
+  out += ",\"limits\":{\"control\":" + std::string(mo.control ? "true" : "false") +
+         ",\"execution\":\"" + (mo.execution == Execution::kHandOff ? "handoff" : "caller-runs") +
+         "\",\"max_threads\":" + std::to_string(mo.max_threads) +
+         ",\"no_control_max_inflight\":" + std::to_string(mo.no_control_max_inflight) +
+         ",\"batch_threshold_bytes\":" + std::to_string(mo.batch_threshold_bytes) +
+         ",\"queue_capacity\":" + std::to_string(mo.queue_capacity) +
+         ",\"max_value_bytes\":" + std::to_string(mo.max_value_bytes) + ",\"window_s\":";
+  AppendJsonNumber(&out, mo.window_s);
+  out += "},\"server\":{\"connections_current\":" + std::to_string(connections_current.load()) +
+         ",\"connections_total\":" + std::to_string(connections_total.load()) +
+         ",\"rejected_connections\":" + std::to_string(rejected_connections.load()) +
+         ",\"commands\":" + std::to_string(commands.load()) +
+         ",\"protocol_errors\":" + std::to_string(protocol_errors.load()) +
+         ",\"auth_failures\":" + std::to_string(auth_failures.load()) +
+         ",\"output_buffer_closes\":" + std::to_string(output_buffer_closes.load()) + "}}";
+  return out;
+}
+
+// ---- dispatch ----
+
+void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args) {
+  auto error = [&](std::string_view msg) {
+    Send(c, [&](std::string* out) { resp::AppendError(out, msg); });
+  };
+  auto ok = [&] { Send(c, [](std::string* out) { resp::AppendSimple(out, "OK"); }); };
+  const CommandSpec* spec = Find(args[0]);
+  if (spec == nullptr) {
+    std::string msg = "ERR unknown command '" + args[0].substr(0, 128) + "', with args beginning with: ";
+    for (size_t i = 1; i < args.size() && msg.size() < 256; ++i) {
+      msg += "'" + args[i].substr(0, 128) + "' ";
+    }
+    error(msg);
+    return;
+  }
+  const int argc = static_cast<int>(std::min<size_t>(args.size(), 1 << 30));
+  if ((spec->arity > 0 && argc != spec->arity) || (spec->arity < 0 && argc < -spec->arity)) {
+    error("ERR wrong number of arguments for '" + std::string(spec->name) + "' command");
+    return;
+  }
+  if (!c->authed && spec->cmd != Cmd::kAuth && spec->cmd != Cmd::kHello && spec->cmd != Cmd::kQuit) {
+    error("NOAUTH Authentication required.");
+    return;
+  }
+  auto check_password = [&](std::string_view user, std::string_view pass) {
+    if (user == "default" && (options.password.empty() || pass == options.password)) {
+      c->authed = true;
+      return true;
+    }
+    auth_failures.fetch_add(1, std::memory_order_relaxed);
+    error("WRONGPASS invalid username-password pair or user is disabled.");
+    return false;
+  };
+  auto start_pending = [&](PendingCommand::Kind kind, size_t total) {
+    auto p = std::make_unique<PendingCommand>();
+    p->kind = kind;
+    p->total = total;
+    if (kind == PendingCommand::Kind::kGet || kind == PendingCommand::Kind::kMget) {
+      p->values.resize(total);
+      p->found.assign(total, 0);
+    }
+    p->args = std::move(args);
+    c->pending = std::move(p);
+    Continue(io, c);
+  };
+
+  switch (spec->cmd) {
+    case Cmd::kGet:
+      start_pending(PendingCommand::Kind::kGet, 1);
+      return;
+    case Cmd::kSet:
+      if (args.size() > 3) {
+        // Expiry and conditional sets need what the engine does not have; say so rather
+        // than store the value without them.
+        std::string opt = Lower(args[3]);
+        static constexpr std::string_view kKnown[] = {"ex", "px", "exat", "pxat", "nx", "xx", "keepttl", "get"};
+        if (std::find(std::begin(kKnown), std::end(kKnown), opt) != std::end(kKnown)) {
+          std::string up = args[3];
+          for (char& ch : up) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+          error("ERR SET option " + up + " is not supported by nvmw (no expiry, no conditional set)");
+        } else {
+          error("ERR syntax error");
+        }
+        return;
+      }
+      start_pending(PendingCommand::Kind::kSet, 1);
+      return;
+    case Cmd::kDel:
+      start_pending(PendingCommand::Kind::kDel, args.size() - 1);
+      return;
+    case Cmd::kExists:
+      start_pending(PendingCommand::Kind::kExists, args.size() - 1);
+      return;
+    case Cmd::kMget:
+      start_pending(PendingCommand::Kind::kMget, args.size() - 1);
+      return;
+    case Cmd::kMset:
+      if ((args.size() - 1) % 2 != 0) {
+        error("ERR wrong number of arguments for 'mset' command");
+        return;
+      }
+      start_pending(PendingCommand::Kind::kMset, (args.size() - 1) / 2);
+      return;
+    case Cmd::kPing:
+      if (args.size() > 2) {
+        error("ERR wrong number of arguments for 'ping' command");
+      } else if (args.size() == 2) {
+        Send(c, [&](std::string* out) { resp::AppendBulk(out, args[1]); });
+      } else {
+        Send(c, [](std::string* out) { resp::AppendSimple(out, "PONG"); });
+      }
+      return;
+    case Cmd::kEcho:
+      Send(c, [&](std::string* out) { resp::AppendBulk(out, args[1]); });
+      return;
+    case Cmd::kInfo: {
+      std::string info = Info(args);
+      Send(c, [&](std::string* out) { resp::AppendBulk(out, info); });
+      return;
+    }
+    case Cmd::kDbsize:
+      Send(c, [&](std::string* out) { resp::AppendInteger(out, static_cast<int64_t>(engine->Count())); });
+      return;
+    case Cmd::kSelect: {
+      int64_t db = -1;
+      auto [ptr, ec] = std::from_chars(args[1].data(), args[1].data() + args[1].size(), db);
+      if (ec != std::errc() || ptr != args[1].data() + args[1].size()) {
+        error("ERR value is not an integer or out of range");
+      } else if (db != 0) {
+        error("ERR DB index is out of range");
+      } else {
+        ok();
+      }
+      return;
+    }
+    case Cmd::kQuit:
+      ok();
+      c->close_after_write = true;
+      return;
+    case Cmd::kAuth:
+      if (args.size() > 3) {
+        error("ERR syntax error");
+      } else if (args.size() == 2 && options.password.empty()) {
+        error("ERR AUTH <password> called without any password configured for the default "
+              "user. Are you sure your configuration is correct?");
+      } else if (check_password(args.size() == 3 ? args[1] : "default", args.back())) {
+        ok();
+      }
+      return;
+    case Cmd::kHello: {
+      if (args.size() >= 2) {
+        int64_t proto = 0;
+        auto [ptr, ec] = std::from_chars(args[1].data(), args[1].data() + args[1].size(), proto);
+        if (ec != std::errc() || ptr != args[1].data() + args[1].size()) {
+          error("ERR Protocol version is not an integer or out of range");
+          return;
+        }
+        if (proto != 2) {
+          error("NOPROTO sorry, this protocol version is not supported");
+          return;
+        }
+      }
+      std::string setname;
+      bool has_setname = false;
+      for (size_t i = 2; i < args.size(); ++i) {
+        const std::string opt = Lower(args[i]);
+        if (opt == "auth" && i + 2 < args.size()) {
+          if (!check_password(args[i + 1], args[i + 2])) return;
+          i += 2;
+        } else if (opt == "setname" && i + 1 < args.size()) {
+          setname = args[i + 1];
+          has_setname = true;
+          i += 1;
+        } else {
+          error("ERR Syntax error in HELLO option '" + args[i].substr(0, 128) + "'");
+          return;
+        }
+      }
+      if (!c->authed) {
+        error("NOAUTH HELLO must be called with the client already authenticated, otherwise the "
+              "HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and "
+              "select the RESP protocol version at the same time");
+        return;
+      }
+      if (has_setname) {
+        if (!ValidClientName(setname)) {
+          error("ERR Client names cannot contain spaces, newlines or special characters.");
+          return;
+        }
+        c->name = setname;
+      }
+      Send(c, [&](std::string* out) {
+        resp::AppendArrayHeader(out, 14);
+        resp::AppendBulk(out, "server");
+        resp::AppendBulk(out, "redis");
+        resp::AppendBulk(out, "version");
+        resp::AppendBulk(out, kRedisVersion);
+        resp::AppendBulk(out, "proto");
+        resp::AppendInteger(out, 2);
+        resp::AppendBulk(out, "id");
+        resp::AppendInteger(out, static_cast<int64_t>(c->id));
+        resp::AppendBulk(out, "mode");
+        resp::AppendBulk(out, "standalone");
+        resp::AppendBulk(out, "role");
+        resp::AppendBulk(out, "master");
+        resp::AppendBulk(out, "modules");
+        resp::AppendArrayHeader(out, 0);
+      });
+      return;
+    }
+    case Cmd::kClient: {
+      const std::string sub = Lower(args[1]);
+      if (sub == "setname" && args.size() == 3) {
+        if (!ValidClientName(args[2])) {
+          error("ERR Client names cannot contain spaces, newlines or special characters.");
+        } else {
+          c->name = args[2];
+          ok();
+        }
+      } else if (sub == "getname" && args.size() == 2) {
+        if (c->name.empty()) {
+          Send(c, [](std::string* out) { resp::AppendNull(out); });
+        } else {
+          Send(c, [&](std::string* out) { resp::AppendBulk(out, c->name); });
+        }
+      } else if (sub == "id" && args.size() == 2) {
+        Send(c, [&](std::string* out) { resp::AppendInteger(out, static_cast<int64_t>(c->id)); });
+      } else if (sub == "setinfo" && args.size() == 4) {
+        const std::string attr = Lower(args[2]);
+        if (attr == "lib-name" || attr == "lib-ver") {
+          ok();  // accepted; nvmw keeps no per-library state
+        } else {
+          error("ERR Unrecognized option '" + args[2].substr(0, 128) + "'");
+        }
+      } else {
+        error("ERR unknown subcommand or wrong number of arguments for '" + args[1].substr(0, 128) +
+              "'. Try CLIENT HELP.");
+      }
+      return;
+    }
+    case Cmd::kCommand: {
+      if (args.size() == 1) {
+        Send(c, [&](std::string* out) {
+          resp::AppendArrayHeader(out, std::size(kCommands));
+          for (const CommandSpec& spec_i : kCommands) AppendCommandEntry(out, spec_i);
+        });
+        return;
+      }
+      const std::string sub = Lower(args[1]);
+      if (sub == "count" && args.size() == 2) {
+        Send(c, [](std::string* out) { resp::AppendInteger(out, static_cast<int64_t>(std::size(kCommands))); });
+      } else if (sub == "docs") {
+        // No documentation to give: an empty reply makes redis-cli use its built-in help.
+        Send(c, [](std::string* out) { resp::AppendArrayHeader(out, 0); });
+      } else if (sub == "info") {
+        Send(c, [&](std::string* out) {
+          resp::AppendArrayHeader(out, args.size() - 2);
+          for (size_t i = 2; i < args.size(); ++i) {
+            const CommandSpec* s = Find(args[i]);
+            if (s != nullptr) {
+              AppendCommandEntry(out, *s);
+            } else {
+              out->append("*-1\r\n");
+            }
+          }
+        });
+      } else if (sub == "list" && args.size() == 2) {
+        Send(c, [](std::string* out) {
+          resp::AppendArrayHeader(out, std::size(kCommands));
+          for (const CommandSpec& s : kCommands) resp::AppendBulk(out, s.name);
+        });
+      } else {
+        error("ERR unknown subcommand '" + args[1].substr(0, 128) + "'. Try COMMAND HELP.");
+      }
+      return;
+    }
+    case Cmd::kConfig: {
+      const std::string sub = Lower(args[1]);
+      if (sub != "get") {
+        error("ERR CONFIG " + args[1].substr(0, 32) + " is not supported by nvmw (CONFIG GET only)");
+        return;
+      }
+      if (args.size() < 3) {
+        error("ERR wrong number of arguments for 'config|get' command");
+        return;
+      }
+      const std::pair<std::string, std::string> params[] = {
+          {"save", ""},
+          {"appendonly", "no"},
+          {"databases", "1"},
+          {"maxclients", std::to_string(options.max_clients)},
+          {"port", std::to_string(port)},
+          {"bind", options.bind},
+          {"proto-max-bulk-len", std::to_string(options.max_bulk_bytes)},
+          {"maxmemory", "0"},
+          {"timeout", "0"},
+          {"io-threads", std::to_string(options.io_threads)},
+      };
+      std::vector<const std::pair<std::string, std::string>*> hits;
+      for (const auto& p : params) {
+        for (size_t i = 2; i < args.size(); ++i) {
+          if (::fnmatch(Lower(args[i]).c_str(), p.first.c_str(), 0) == 0) {
+            hits.push_back(&p);
+            break;
+          }
+        }
+      }
+      Send(c, [&](std::string* out) {
+        resp::AppendArrayHeader(out, hits.size() * 2);
+        for (const auto* p : hits) {
+          resp::AppendBulk(out, p->first);
+          resp::AppendBulk(out, p->second);
+        }
+      });
+      return;
+    }
+    case Cmd::kTime: {
+      timespec ts{};
+      ::clock_gettime(CLOCK_REALTIME, &ts);
+      Send(c, [&](std::string* out) {
+        resp::AppendArrayHeader(out, 2);
+        resp::AppendBulk(out, std::to_string(ts.tv_sec));
+        resp::AppendBulk(out, std::to_string(ts.tv_nsec / 1000));
+      });
+      return;
+    }
+    case Cmd::kNvmwClass: {
+      if (args.size() == 1) {
+        Send(c, [&](std::string* out) { resp::AppendBulk(out, ClassName(c->cls)); });
+        return;
+      }
+      if (args.size() > 2) {
+        error("ERR wrong number of arguments for 'nvmw.class' command");
+        return;
+      }
+      const std::string v = Lower(args[1]);
+      if (v == "interactive") {
+        c->cls = RequestClass::kInteractive;
+      } else if (v == "batch") {
+        c->cls = RequestClass::kBatch;
+      } else if (v == "auto") {
+        c->cls = RequestClass::kAuto;
+      } else {
+        error("ERR request class must be interactive, batch or auto");
+        return;
+      }
+      ok();
+      return;
+    }
+    case Cmd::kNvmwStats: {
+      std::string json = StatsJson();
+      Send(c, [&](std::string* out) { resp::AppendBulk(out, json); });
+      return;
+    }
+  }
+}
+
+}  // namespace nvmw

@@ -1,0 +1,84 @@
+// RESP2 (the Redis serialization protocol, version 2): a resumable request parser and
+// the reply encoders of the Redis-protocol server (docs/server.md).
+//
+// The parser accepts both request forms Redis accepts: multibulk ("*<n>\r\n" then n
+// "$<len>\r\n<bytes>\r\n" arguments) and inline (one line of space-separated words, with
+// Redis's double- and single-quote rules, as redis-cli and telnet send). It keeps its
+// state between calls, so input may arrive split at any byte; it stops after each
+// complete command, so the caller decides when to take the next one (pipelining with
+// replies in order). Every length is checked against the limits before anything is
+// allocated for it. A protocol error is final: the connection is answered
+// "-ERR Protocol error: ..." and closed, as Redis does.
+#ifndef NVMW_SERVER_RESP_H_
+#define NVMW_SERVER_RESP_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace nvmw::resp {
+
+struct ParserLimits {
+  uint64_t max_bulk_bytes = 512ull << 20;  // largest argument ($<len>)
+  size_t max_args = 1 << 20;               // most arguments in one command (*<n>)
+  size_t max_inline_bytes = 64 * 1024;     // longest inline command line (Redis: 64 KB)
+};
+
+class Parser {
+ public:
+  enum class Result {
+    kNeedMore,  // every byte given was consumed; the command is not complete yet
+    kCommand,   // a command is complete: args() holds it (never empty)
+    kError,     // protocol error (error() says which); the parser stays in error
+  };
+
+  explicit Parser(const ParserLimits& limits = ParserLimits()) : limits_(limits) {}
+
+  // Consumes input from data[0, n) up to the end of the next complete command (or all of
+  // it) and says how many bytes it used in *consumed. After kCommand, take args() and
+  // call again with the rest of the input. Empty commands (an empty inline line, "*0")
+  // are skipped, as Redis does.
+  Result Parse(const char* data, size_t n, size_t* consumed);
+
+  // The arguments of the last complete command. The caller may move strings out of it;
+  // the next Parse clears it.
+  std::vector<std::string>& args() { return args_; }
+  // The message of a protocol error, e.g. "Protocol error: invalid bulk length".
+  const std::string& error() const { return error_; }
+  // Bytes held for the command being parsed (arguments so far and a partial line).
+  size_t buffered_bytes() const { return buffered_; }
+
+ private:
+  enum class State { kStart, kArrayLen, kBulkLen, kBulkData, kBulkCr, kBulkLf, kInline, kError };
+
+  Result Fail(const char* msg);
+  // Appends bytes up to '\n' to line_; true when the line is complete (the '\n' is
+  // consumed and not stored). *i advances.
+  bool ReadLine(const char* data, size_t n, size_t* i, size_t cap);
+  // Splits an inline line into args_ (Redis's sdssplitargs rules); false on unbalanced quotes.
+  bool SplitInline(std::string_view line);
+
+  ParserLimits limits_;
+  State state_ = State::kStart;
+  std::vector<std::string> args_;
+  std::string line_;        // partial "*<n>" / "$<len>" / inline line
+  int64_t remaining_args_ = 0;
+  uint64_t bulk_left_ = 0;  // bytes of the current argument still to come
+  size_t buffered_ = 0;
+  std::string error_;
+};
+
+// Reply encoders: append one RESP2 value to *out.
+void AppendSimple(std::string* out, std::string_view s);    // +s\r\n
+void AppendError(std::string* out, std::string_view msg);   // -msg\r\n (CR/LF replaced)
+void AppendInteger(std::string* out, int64_t v);            // :v\r\n
+void AppendBulk(std::string* out, std::string_view s);      // $len\r\ns\r\n
+void AppendBulkHeader(std::string* out, size_t len);        // $len\r\n
+void AppendNull(std::string* out);                          // $-1\r\n
+void AppendArrayHeader(std::string* out, size_t n);         // *n\r\n
+
+}  // namespace nvmw::resp
+
+#endif  // NVMW_SERVER_RESP_H_

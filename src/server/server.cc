@@ -1,0 +1,548 @@
+// The Redis-protocol server's event loops: listening, accepting (client cap), reading and
+// parsing (resp.h), writing replies with sendmsg/iovec straight from the pieces they are
+// in (a value read from the engine is written from its own buffer), the output cap, the
+// mailbox through which workers hand back completed requests, and the graceful Stop.
+// docs/server.md ("Design") describes the threads and the execution path.
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <system_error>
+#include <utility>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "server/server_impl.h"
+#include "util/clock.h"
+
+namespace nvmw {
+
+namespace {
+
+// epoll data tags besides connections: the listening socket (the io thread's own
+// pointer tags its eventfd).
+char g_listen_tag;
+
+constexpr size_t kReadChunk = 64 * 1024;  // bytes read per read() call
+constexpr int kReadsPerEvent = 4;         // reads per readiness event (fairness)
+constexpr int kAcceptsPerEvent = 64;
+constexpr int kMaxIov = 64;
+constexpr size_t kPieceBytes = 16 * 1024;  // small replies share a piece up to this size
+constexpr int kLoopTickMs = 100;            // stall checks and Stop progress
+
+thread_local char t_read_buf[kReadChunk];
+
+std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+}  // namespace
+
+thread_local IoThread* t_current_io = nullptr;
+
+// ---- output ----
+
+std::string* Server::Impl::Reply(Conn* c) {
+  if (c->out.empty() || c->out.back().sealed || c->out.back().data.size() >= kPieceBytes) {
+    c->out.emplace_back();
+  }
+  return &c->out.back().data;
+}
+
+void Server::Impl::AddOwnedPiece(Conn* c, std::string&& data) {
+  if (data.empty()) return;
+  c->out_bytes += data.size();
+  c->out.push_back(OutPiece{std::move(data), true});
+}
+
+void Server::Impl::SendValue(Conn* c, std::string&& value) {
+  if (value.size() < kPieceBytes) {
+    Send(c, [&](std::string* out) { resp::AppendBulk(out, value); });
+    return;
+  }
+  Send(c, [&](std::string* out) { resp::AppendBulkHeader(out, value.size()); });
+  AddOwnedPiece(c, std::move(value));
+  Send(c, [&](std::string* out) { out->append("\r\n", 2); });
+}
+
+// ---- lifecycle ----
+
+Status Server::Impl::Start(Middleware* m, Engine* e, const ServerOptions& o) {
+  if (started) return Status::InvalidArgument("server already started");
+  if (m == nullptr || e == nullptr) return Status::InvalidArgument("server needs a middleware and its engine");
+  if (!m->running()) return Status::InvalidArgument("the middleware is not running");
+  if (o.port < 0 || o.port > 65535) {
+    return Status::InvalidArgument("port must be in [0, 65535], got " + std::to_string(o.port));
+  }
+  if (o.max_clients < 1) return Status::InvalidArgument("max_clients must be >= 1");
+  if (o.max_bulk_bytes < 1) return Status::InvalidArgument("max_bulk_bytes must be >= 1");
+  if (o.max_args < 1) return Status::InvalidArgument("max_args must be >= 1");
+  if (o.max_output_bytes < 1) return Status::InvalidArgument("max_output_bytes must be >= 1");
+  if (o.io_threads < 1 || o.io_threads > 64) {
+    return Status::InvalidArgument("io_threads must be in [1, 64], got " + std::to_string(o.io_threads));
+  }
+  if (!(o.output_stall_timeout_s > 0) || !(o.stop_timeout_s >= 0)) {
+    return Status::InvalidArgument("output_stall_timeout_s must be > 0 and stop_timeout_s >= 0");
+  }
+  mw = m;
+  engine = e;
+  options = o;
+  limits.max_bulk_bytes = o.max_bulk_bytes;
+  limits.max_args = o.max_args;
+
+  std::string host = o.bind == "localhost" ? "127.0.0.1" : o.bind;
+  sockaddr_storage addr{};
+  socklen_t addr_len = 0;
+  int family = AF_INET;
+  {
+    auto* a4 = reinterpret_cast<sockaddr_in*>(&addr);
+    auto* a6 = reinterpret_cast<sockaddr_in6*>(&addr);
+    if (inet_pton(AF_INET, host.c_str(), &a4->sin_addr) == 1) {
+      a4->sin_family = AF_INET;
+      a4->sin_port = htons(static_cast<uint16_t>(o.port));
+      addr_len = sizeof(sockaddr_in);
+    } else if (inet_pton(AF_INET6, host.c_str(), &a6->sin6_addr) == 1) {
+      family = AF_INET6;
+      a6->sin6_family = AF_INET6;
+      a6->sin6_port = htons(static_cast<uint16_t>(o.port));
+      addr_len = sizeof(sockaddr_in6);
+    } else {
+      return Status::InvalidArgument("bind must be an IPv4 or IPv6 address, got \"" + o.bind + "\"");
+    }
+  }
+  listen_fd = ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (listen_fd < 0) return Status::IOError(Errno("socket"));
+  int one = 1;
+  ::setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), addr_len) != 0) {
+    Status s = Status::IOError(Errno(("bind " + o.bind + ":" + std::to_string(o.port)).c_str()));
+    ::close(listen_fd);
+    listen_fd = -1;
+    return s;
+  }
+  if (::listen(listen_fd, 511) != 0) {
+    Status s = Status::IOError(Errno("listen"));
+    ::close(listen_fd);
+    listen_fd = -1;
+    return s;
+  }
+  sockaddr_storage bound{};
+  socklen_t bound_len = sizeof bound;
+  ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&bound), &bound_len);
+  port = ntohs(family == AF_INET ? reinterpret_cast<sockaddr_in*>(&bound)->sin_port
+                                 : reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
+
+  start_ns = NowNs();
+  stopping.store(false);
+  Status s;
+  for (int i = 0; i < o.io_threads && s.ok(); ++i) {
+    auto io = std::make_unique<IoThread>();
+    io->server = this;
+    io->index = i;
+    io->epfd = ::epoll_create1(EPOLL_CLOEXEC);
+    io->evfd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (io->epfd < 0 || io->evfd < 0) {
+      s = Status::IOError(Errno("epoll/eventfd"));
+    } else {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.ptr = io.get();
+      ::epoll_ctl(io->epfd, EPOLL_CTL_ADD, io->evfd, &ev);
+      // Every loop watches the listening socket; EPOLLEXCLUSIVE wakes one of them per
+      // connection, which accepts it and owns it from then on.
+      ev.events = EPOLLIN | (o.io_threads > 1 ? static_cast<uint32_t>(EPOLLEXCLUSIVE) : 0u);
+      ev.data.ptr = &g_listen_tag;
+      if (::epoll_ctl(io->epfd, EPOLL_CTL_ADD, listen_fd, &ev) != 0) {
+        s = Status::IOError(Errno("epoll_ctl"));
+      }
+    }
+    threads.push_back(std::move(io));
+  }
+  if (s.ok()) {
+    for (auto& io : threads) {
+      try {
+        io->thread = std::thread(&Impl::Loop, this, io.get());
+      } catch (const std::system_error& e) {
+        s = Status::IOError(std::string("cannot start an io thread: ") + e.what());
+        break;
+      }
+    }
+  }
+  started = true;
+  if (!s.ok()) {
+    Stop();
+    return s;
+  }
+  return Status::OK();
+}
+
+Status Server::Impl::Stop() {
+  if (!started) return Status::OK();
+  started = false;
+  stopping.store(true, std::memory_order_release);
+  // Refuse new connections at once (the loops deregister the socket when they see
+  // `stopping`; it is closed after they are joined).
+  if (listen_fd >= 0) ::shutdown(listen_fd, SHUT_RDWR);
+  for (auto& io : threads) {
+    if (io->evfd >= 0) Wake(io.get());
+  }
+  for (auto& io : threads) {
+    if (io->thread.joinable()) io->thread.join();
+  }
+  for (auto& io : threads) {
+    for (auto& [fd, c] : io->conns) ::close(fd);  // only if a loop never ran
+    io->conns.clear();
+    if (io->epfd >= 0) ::close(io->epfd);
+    if (io->evfd >= 0) ::close(io->evfd);
+  }
+  threads.clear();
+  if (listen_fd >= 0) ::close(listen_fd);
+  listen_fd = -1;
+  return Status::OK();
+}
+
+void Server::Impl::Wake(IoThread* io) {
+  const uint64_t one = 1;
+  ssize_t r = ::write(io->evfd, &one, sizeof one);
+  (void)r;
+}
+
+// ---- the loop ----
+
+void Server::Impl::Loop(IoThread* io) {
+  t_current_io = io;
+  epoll_event events[256];
+  bool listening = true;
+  int64_t stop_deadline_ns = 0;
+  int64_t last_tick_ns = NowNs();
+  std::vector<std::unique_ptr<Conn>> graveyard;
+  io->graveyard = &graveyard;
+  for (;;) {
+    const int n = ::epoll_wait(io->epfd, events, 256, kLoopTickMs);
+    for (int i = 0; i < std::max(n, 0); ++i) {
+      void* tag = events[i].data.ptr;
+      const uint32_t ev = events[i].events;
+      if (tag == &g_listen_tag) {
+        if (listening && !IsStopping()) Accept(io);
+        continue;
+      }
+      if (tag == io) {
+        uint64_t v;
+        while (::read(io->evfd, &v, sizeof v) > 0) {
+        }
+        DrainMailbox(io);
+        continue;
+      }
+      Conn* c = static_cast<Conn*>(tag);
+      if (c->closed) continue;
+      if (ev & (EPOLLERR | EPOLLHUP)) {
+        Close(io, c);  // the peer is gone both ways: nothing to read, nobody to answer
+        continue;
+      }
+      if (ev & EPOLLIN) OnReadable(io, c);
+      if (!c->closed && (ev & EPOLLOUT)) OnWritable(io, c);
+    }
+    const int64_t now = NowNs();
+    if (now - last_tick_ns >= kLoopTickMs * 1000000LL) {
+      last_tick_ns = now;
+      CheckStalls(io, now);
+    }
+    if (IsStopping()) {
+      if (listening) {
+        listening = false;
+        ::epoll_ctl(io->epfd, EPOLL_CTL_DEL, listen_fd, nullptr);
+        stop_deadline_ns = now + static_cast<int64_t>(options.stop_timeout_s * 1e9);
+      }
+      // Connections with nothing in flight and nothing left to write are done; the
+      // others finish their command and flush (slow readers until the deadline).
+      std::vector<Conn*> done;
+      for (auto& [fd, c] : io->conns) {
+        const bool idle = !c->pending && c->out.empty();
+        if (idle || (now >= stop_deadline_ns && !c->in_flight)) done.push_back(c.get());
+      }
+      for (Conn* c : done) Close(io, c);
+      if (io->conns.empty() && io->zombies.empty()) {
+        graveyard.clear();
+        break;
+      }
+    }
+    graveyard.clear();
+  }
+  io->graveyard = nullptr;
+  t_current_io = nullptr;
+}
+
+void Server::Impl::Accept(IoThread* io) {
+  for (int k = 0; k < kAcceptsPerEvent; ++k) {
+    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;  // EAGAIN (another loop took it, or none left), EMFILE, ...
+    }
+    if (connections_current.fetch_add(1) >= options.max_clients) {
+      connections_current.fetch_sub(1);
+      rejected_connections.fetch_add(1, std::memory_order_relaxed);
+      static const char kMsg[] = "-ERR max number of clients reached\r\n";
+      ssize_t r = ::send(fd, kMsg, sizeof kMsg - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      (void)r;
+      ::close(fd);
+      continue;
+    }
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    auto c = std::make_unique<Conn>(limits);
+    c->fd = fd;
+    c->id = next_conn_id.fetch_add(1, std::memory_order_relaxed);
+    c->io = io;
+    c->authed = options.password.empty();
+    c->events = EPOLLIN;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = c.get();
+    if (::epoll_ctl(io->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      connections_current.fetch_sub(1);
+      ::close(fd);
+      continue;
+    }
+    connections_total.fetch_add(1, std::memory_order_relaxed);
+    io->conns.emplace(fd, std::move(c));
+  }
+}
+
+bool Server::Impl::MayParse(const Conn* c) const {
+  return !c->closed && !c->pending && !c->close_after_write && !IsStopping() &&
+         c->out_bytes < options.max_output_bytes;
+}
+
+size_t Server::Impl::ParseFrom(IoThread* io, Conn* c, const char* data, size_t n) {
+  size_t off = 0;
+  while (MayParse(c)) {
+    size_t used = 0;
+    const resp::Parser::Result r = c->parser.Parse(data + off, n - off, &used);
+    off += used;
+    if (r == resp::Parser::Result::kNeedMore) break;
+    if (r == resp::Parser::Result::kError) {
+      protocol_errors.fetch_add(1, std::memory_order_relaxed);
+      Send(c, [&](std::string* out) { resp::AppendError(out, "ERR " + c->parser.error()); });
+      c->close_after_write = true;
+      break;
+    }
+    commands.fetch_add(1, std::memory_order_relaxed);
+    Execute(io, c, c->parser.args());
+  }
+  return off;
+}
+
+void Server::Impl::OnReadable(IoThread* io, Conn* c) {
+  for (int k = 0; k < kReadsPerEvent && MayParse(c) && c->in_pos == c->in.size(); ++k) {
+    const ssize_t r = ::read(c->fd, t_read_buf, kReadChunk);
+    if (r == 0) {
+      Close(io, c);  // as Redis: a client that closed gets no more replies
+      return;
+    }
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) Close(io, c);
+      break;
+    }
+    c->in.clear();
+    c->in_pos = 0;
+    const size_t used = ParseFrom(io, c, t_read_buf, static_cast<size_t>(r));
+    if (used < static_cast<size_t>(r)) {
+      // The connection stopped taking commands (one in flight, output at the cap): keep
+      // the rest for when it resumes.
+      c->in.assign(t_read_buf + used, static_cast<size_t>(r) - used);
+    }
+    if (static_cast<size_t>(r) < kReadChunk) break;
+  }
+  if (!c->closed) Flush(io, c);
+}
+
+void Server::Impl::ProcessInput(IoThread* io, Conn* c) {
+  if (c->in_pos < c->in.size()) {
+    c->in_pos += ParseFrom(io, c, c->in.data() + c->in_pos, c->in.size() - c->in_pos);
+    if (c->in_pos == c->in.size()) {
+      c->in.clear();
+      c->in_pos = 0;
+    }
+  }
+}
+
+void Server::Impl::OnWritable(IoThread* io, Conn* c) { Flush(io, c); }
+
+void Server::Impl::Flush(IoThread* io, Conn* c) {
+  while (!c->out.empty()) {
+    iovec iov[kMaxIov];
+    int cnt = 0;
+    size_t off = c->out_off;
+    for (auto it = c->out.begin(); it != c->out.end() && cnt < kMaxIov; ++it) {
+      iov[cnt].iov_base = it->data.data() + off;
+      iov[cnt].iov_len = it->data.size() - off;
+      off = 0;
+      ++cnt;
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(cnt);
+    const ssize_t w = ::sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      Close(io, c);
+      return;
+    }
+    size_t left = static_cast<size_t>(w);
+    c->out_bytes -= left;
+    c->stalled_since_ns = 0;
+    while (left > 0) {
+      OutPiece& front = c->out.front();
+      const size_t rest = front.data.size() - c->out_off;
+      if (left >= rest) {
+        left -= rest;
+        c->out.pop_front();
+        c->out_off = 0;
+      } else {
+        c->out_off += left;
+        left = 0;
+      }
+    }
+  }
+  if (c->out.empty()) {
+    if (c->close_after_write) {
+      Close(io, c);
+      return;
+    }
+    // Output went below the cap: commands already read may go on.
+    if (!c->pending && c->in_pos < c->in.size() && MayParse(c)) {
+      ProcessInput(io, c);
+      if (!c->out.empty()) {
+        Flush(io, c);
+        return;
+      }
+    }
+  } else if (c->out_bytes < options.max_output_bytes && !c->pending && c->in_pos < c->in.size() &&
+             MayParse(c)) {
+    ProcessInput(io, c);
+  }
+  UpdateInterest(io, c);
+}
+
+void Server::Impl::UpdateInterest(IoThread* io, Conn* c) {
+  if (c->closed) return;
+  uint32_t want = 0;
+  if (MayParse(c) && c->in_pos == c->in.size()) want |= EPOLLIN;
+  if (!c->out.empty()) want |= EPOLLOUT;
+  if (want == c->events) return;
+  epoll_event ev{};
+  ev.events = want;
+  ev.data.ptr = c;
+  ::epoll_ctl(io->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+  c->events = want;
+}
+
+void Server::Impl::Close(IoThread* io, Conn* c) {
+  if (c->closed) return;
+  ::epoll_ctl(io->epfd, EPOLL_CTL_DEL, c->fd, nullptr);
+  ::close(c->fd);
+  c->closed = true;
+  connections_current.fetch_sub(1);
+  auto node = io->conns.extract(c->fd);
+  if (node.empty()) return;
+  // Freed after this loop iteration (later events of the batch may name it), or, with
+  // a request still at the middleware, once its completion comes back.
+  if (c->in_flight) {
+    io->zombies.push_back(std::move(node.mapped()));
+  } else {
+    io->graveyard->push_back(std::move(node.mapped()));
+  }
+}
+
+void Server::Impl::DrainMailbox(IoThread* io) {
+  std::vector<Conn*> ready;
+  {
+    std::lock_guard<std::mutex> lock(io->mailbox_mu);
+    ready.swap(io->mailbox);
+  }
+  for (Conn* c : ready) {
+    c->in_flight = false;
+    io->in_flight.fetch_sub(1, std::memory_order_relaxed);
+    if (c->closed) {
+      auto it = std::find_if(io->zombies.begin(), io->zombies.end(),
+                             [c](const std::unique_ptr<Conn>& z) { return z.get() == c; });
+      if (it != io->zombies.end()) {
+        io->graveyard->push_back(std::move(*it));
+        *it = std::move(io->zombies.back());
+        io->zombies.pop_back();
+      }
+      continue;
+    }
+    Absorb(c);
+    Continue(io, c);
+    if (!c->pending) ProcessInput(io, c);
+    if (!c->closed) Flush(io, c);
+  }
+}
+
+void Server::Impl::Post(Conn* c) {
+  IoThread* io = c->io;
+  bool was_empty;
+  {
+    std::lock_guard<std::mutex> lock(io->mailbox_mu);
+    was_empty = io->mailbox.empty();
+    io->mailbox.push_back(c);
+  }
+  if (was_empty) Wake(io);
+}
+
+void Server::Impl::CheckStalls(IoThread* io, int64_t now_ns) {
+  const int64_t limit_ns = static_cast<int64_t>(options.output_stall_timeout_s * 1e9);
+  std::vector<Conn*> stalled;
+  for (auto& [fd, c] : io->conns) {
+    if (c->out_bytes < options.max_output_bytes) {
+      c->stalled_since_ns = 0;
+    } else if (c->stalled_since_ns == 0) {
+      c->stalled_since_ns = now_ns;
+    } else if (now_ns - c->stalled_since_ns >= limit_ns) {
+      stalled.push_back(c.get());
+    }
+  }
+  for (Conn* c : stalled) {
+    output_buffer_closes.fetch_add(1, std::memory_order_relaxed);
+    Close(io, c);
+  }
+}
+
+// ---- public entry points ----
+
+Server::Server() : impl_(new Impl) {}
+
+Server::~Server() { Stop(); }
+
+Status Server::Start(Middleware* mw, Engine* engine, const ServerOptions& options) {
+  return impl_->Start(mw, engine, options);
+}
+
+int Server::port() const { return impl_->port; }
+
+Status Server::Stop() { return impl_->Stop(); }
+
+ServerStats Server::Stats() const {
+  ServerStats s;
+  s.connections_current = impl_->connections_current.load(std::memory_order_relaxed);
+  s.connections_total = impl_->connections_total.load(std::memory_order_relaxed);
+  s.rejected_connections = impl_->rejected_connections.load(std::memory_order_relaxed);
+  s.commands = impl_->commands.load(std::memory_order_relaxed);
+  s.protocol_errors = impl_->protocol_errors.load(std::memory_order_relaxed);
+  s.auth_failures = impl_->auth_failures.load(std::memory_order_relaxed);
+  s.output_buffer_closes = impl_->output_buffer_closes.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace nvmw

@@ -1,0 +1,169 @@
+// The Redis-protocol server's internal state (Server::Impl), shared by server.cc (event
+// loops, sockets, output, lifecycle) and commands.cc (the command table and the
+// execution of key commands through the middleware). docs/server.md explains the design.
+#ifndef NVMW_SERVER_SERVER_IMPL_H_
+#define NVMW_SERVER_SERVER_IMPL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "nvmw/server.h"
+#include "server/resp.h"
+
+namespace nvmw {
+
+struct IoThread;
+
+// The io thread running on this thread (null elsewhere, e.g. on middleware workers).
+extern thread_local IoThread* t_current_io;
+
+// One reply piece waiting to be written. Small replies share a piece (`sealed` false:
+// more may be appended); a value read from the engine travels as its own piece, moved,
+// never copied into a buffer, and is written with writev.
+struct OutPiece {
+  std::string data;
+  bool sealed = false;
+};
+
+// A key command being executed: its sub-requests (one per key) go to the middleware one
+// after the other; each result is folded in until the reply can be built.
+struct PendingCommand {
+  enum class Kind : uint8_t { kGet, kSet, kDel, kExists, kMget, kMset };
+  Kind kind = Kind::kGet;
+  std::vector<std::string> args;  // the command's arguments (args[0] is the name)
+  size_t next = 0;                // next sub-request: index into the keys
+  size_t total = 0;               // number of sub-requests
+  int64_t count = 0;              // DEL / EXISTS: keys found
+  std::vector<std::string> values;  // MGET: values (moved from the middleware)
+  std::vector<uint8_t> found;       // MGET: whether each key exists
+  std::string error;                // first error (SET / MSET): the reply
+};
+
+struct Conn {
+  int fd = -1;
+  uint64_t id = 0;
+  IoThread* io = nullptr;
+  resp::Parser parser;
+  std::string in;        // bytes read, not yet parsed from in_pos on
+  size_t in_pos = 0;
+  std::deque<OutPiece> out;
+  size_t out_off = 0;    // bytes of out.front() already written
+  uint64_t out_bytes = 0;  // pending output, all pieces
+  uint32_t events = 0;   // epoll interest registered now
+  bool authed = true;
+  bool close_after_write = false;  // QUIT or protocol error: close once flushed
+  bool closed = false;   // fd closed; freed once no request is in flight
+  bool peer_gone = false;
+  RequestClass cls = RequestClass::kAuto;
+  std::string name;      // CLIENT SETNAME
+  int64_t stalled_since_ns = 0;  // output at the cap, no write progress since (0: not)
+
+  // The command in flight, if any. While set, no further command is parsed.
+  std::unique_ptr<PendingCommand> pending;
+  bool in_flight = false;  // a sub-request is with the middleware (set by the loop only)
+  // Result of the last sub-request, written by its completion (inline on the loop, or on
+  // a worker before the connection is posted to the loop's mailbox).
+  Status result_status;
+  std::string result_value;
+  bool result_inline = false;  // the completion ran on this loop, inside SubmitOrRun
+
+  explicit Conn(const resp::ParserLimits& limits) : parser(limits) {}
+};
+
+struct IoThread {
+  Server::Impl* server = nullptr;
+  int index = 0;
+  int epfd = -1;
+  int evfd = -1;  // wakes the loop: completions from workers, Stop
+  std::thread thread;
+  std::unordered_map<int, std::unique_ptr<Conn>> conns;  // loop thread only
+  std::vector<std::unique_ptr<Conn>> zombies;  // closed, a request still in flight
+  std::vector<std::unique_ptr<Conn>>* graveyard = nullptr;  // freed after this iteration
+  std::mutex mailbox_mu;
+  std::vector<Conn*> mailbox;  // connections whose sub-request completed on a worker
+  std::atomic<int> in_flight{0};  // connections with a sub-request at the middleware
+};
+
+struct Server::Impl {
+  Middleware* mw = nullptr;
+  Engine* engine = nullptr;
+  ServerOptions options;
+  resp::ParserLimits limits;
+  int listen_fd = -1;
+  int port = 0;
+  int64_t start_ns = 0;
+  bool started = false;  // Start/Stop thread only
+  std::vector<std::unique_ptr<IoThread>> threads;
+  std::atomic<bool> stopping{false};
+  std::atomic<uint64_t> next_conn_id{1};
+
+  std::atomic<uint64_t> connections_current{0};
+  std::atomic<uint64_t> connections_total{0};
+  std::atomic<uint64_t> rejected_connections{0};
+  std::atomic<uint64_t> commands{0};
+  std::atomic<uint64_t> protocol_errors{0};
+  std::atomic<uint64_t> auth_failures{0};
+  std::atomic<uint64_t> output_buffer_closes{0};
+
+  // ---- server.cc ----
+  Status Start(Middleware* m, Engine* e, const ServerOptions& o);
+  Status Stop();
+  void Loop(IoThread* io);
+  void Accept(IoThread* io);
+  void OnReadable(IoThread* io, Conn* c);
+  void OnWritable(IoThread* io, Conn* c);
+  // Parses and runs commands from the input buffer while the connection may.
+  void ProcessInput(IoThread* io, Conn* c);
+  // Writes what it can; closes the connection on a write error or when done after QUIT.
+  void Flush(IoThread* io, Conn* c);
+  // Registers the epoll interest the connection's state calls for.
+  void UpdateInterest(IoThread* io, Conn* c);
+  void Close(IoThread* io, Conn* c);
+  void DrainMailbox(IoThread* io);
+  void CheckStalls(IoThread* io, int64_t now_ns);
+  static void Wake(IoThread* io);
+  bool MayParse(const Conn* c) const;
+  // Parses and runs commands from data[0, n) while the connection may; returns the bytes used.
+  size_t ParseFrom(IoThread* io, Conn* c, const char* data, size_t n);
+  // From a worker: hands the connection back to its loop (mailbox, eventfd).
+  static void Post(Conn* c);
+  // Output: small replies are appended to the last unsealed piece (Reply gives it);
+  // Send counts what fn appends into the pending output.
+  static std::string* Reply(Conn* c);
+  template <typename F>
+  static void Send(Conn* c, F&& fn) {
+    std::string* s = Reply(c);
+    const size_t before = s->size();
+    fn(s);
+    c->out_bytes += s->size() - before;
+  }
+  // A whole owned buffer as its own piece (a value moved from the middleware).
+  static void AddOwnedPiece(Conn* c, std::string&& data);
+  // A bulk reply of a value: small ones are copied into the shared piece, large ones
+  // keep their own buffer.
+  static void SendValue(Conn* c, std::string&& value);
+
+  // ---- commands.cc ----
+  // Runs one parsed command (args non-empty). Key commands may leave c->pending set.
+  void Execute(IoThread* io, Conn* c, std::vector<std::string>& args);
+  // Advances c->pending: submits sub-requests until one goes to a worker (returns with
+  // c->in_flight set) or all are done (builds the reply, clears pending).
+  void Continue(IoThread* io, Conn* c);
+  // Folds the last sub-request's result into c->pending.
+  void Absorb(Conn* c);
+  void FinishPending(Conn* c);
+  std::string Info(const std::vector<std::string>& args);
+  std::string StatsJson();
+  bool IsStopping() const { return stopping.load(std::memory_order_acquire); }
+};
+
+}  // namespace nvmw
+
+#endif  // NVMW_SERVER_SERVER_IMPL_H_
