@@ -1,0 +1,195 @@
+// The RESP2 parser: multibulk and inline commands, pipelining, input split at every byte
+// boundary, the caps (bulk length, argument count, inline line) checked before anything
+// is allocated, and malformed input answered with Redis's protocol errors; the encoders.
+#include "server/resp.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace nvmw::resp {
+namespace {
+
+using Args = std::vector<std::string>;
+
+// Feeds `input` in pieces of at most `chunk` bytes; returns the commands parsed and, on
+// a protocol error, its message in *error.
+std::vector<Args> ParseAll(const std::string& input, size_t chunk, std::string* error = nullptr,
+                           const ParserLimits& limits = ParserLimits()) {
+  Parser p(limits);
+  std::vector<Args> out;
+  size_t pos = 0;
+  while (pos < input.size()) {
+    const size_t n = std::min(chunk, input.size() - pos);
+    size_t off = 0;
+    for (;;) {
+      size_t used = 0;
+      const Parser::Result r = p.Parse(input.data() + pos + off, n - off, &used);
+      off += used;
+      if (r == Parser::Result::kCommand) {
+        out.push_back(p.args());
+        continue;
+      }
+      if (r == Parser::Result::kError) {
+        if (error != nullptr) *error = p.error();
+        return out;
+      }
+      EXPECT_EQ(off, n);  // kNeedMore consumes everything
+      break;
+    }
+    pos += n;
+  }
+  return out;
+}
+
+std::string Multibulk(const Args& args) {
+  std::string s = "*" + std::to_string(args.size()) + "\r\n";
+  for (const auto& a : args) s += "$" + std::to_string(a.size()) + "\r\n" + a + "\r\n";
+  return s;
+}
+
+TEST(RespParserTest, MultibulkPipelineAtEveryChunkSize) {
+  const std::vector<Args> expected = {
+      {"SET", "key", std::string("va\r\nl\0ue", 9)},
+      {"GET", "key"},
+      {"MSET", "", "empty-key", "k2", std::string(3000, 'x')},
+      {"PING"},
+  };
+  std::string input;
+  for (const auto& a : expected) input += Multibulk(a);
+  for (size_t chunk = 1; chunk <= input.size(); ++chunk) {
+    std::string error;
+    EXPECT_EQ(ParseAll(input, chunk, &error), expected) << "chunk " << chunk;
+    EXPECT_EQ(error, "");
+  }
+}
+
+TEST(RespParserTest, SplitAtEveryByteBoundary) {
+  const std::string input = Multibulk({"SET", "k", "hello world"}) + "PING\r\n" +
+                            Multibulk({"GET", "k"}) + "ECHO \"a b\\x41\"\n";
+  const std::vector<Args> expected = {{"SET", "k", "hello world"}, {"PING"}, {"GET", "k"}, {"ECHO", "a bA"}};
+  for (size_t cut = 0; cut <= input.size(); ++cut) {
+    Parser p;
+    std::vector<Args> got;
+    for (const std::string& part : {input.substr(0, cut), input.substr(cut)}) {
+      size_t off = 0;
+      for (;;) {
+        size_t used = 0;
+        const Parser::Result r = p.Parse(part.data() + off, part.size() - off, &used);
+        off += used;
+        ASSERT_NE(r, Parser::Result::kError) << p.error() << " cut " << cut;
+        if (r == Parser::Result::kNeedMore) break;
+        got.push_back(p.args());
+      }
+    }
+    EXPECT_EQ(got, expected) << "cut " << cut;
+  }
+}
+
+TEST(RespParserTest, InlineCommandsWithRedisQuoting) {
+  std::string error;
+  EXPECT_EQ(ParseAll("PING\r\n", 100), (std::vector<Args>{{"PING"}}));
+  EXPECT_EQ(ParseAll("  set  a   b \n", 100), (std::vector<Args>{{"set", "a", "b"}}));
+  EXPECT_EQ(ParseAll("set \"a b\" 'c d' \"\\n\\t\\\"\" 'it\\'s'\r\n", 100),
+            (std::vector<Args>{{"set", "a b", "c d", "\n\t\"", "it's"}}));
+  EXPECT_EQ(ParseAll("\r\n\n  \r\nPING\r\n", 100), (std::vector<Args>{{"PING"}}));  // empty lines skipped
+  EXPECT_EQ(ParseAll("set \"unbalanced\r\n", 100, &error), std::vector<Args>{});
+  EXPECT_EQ(error, "Protocol error: unbalanced quotes in request");
+  error.clear();
+  ParseAll("set \"a\"b\r\n", 100, &error);  // a closing quote must end the word
+  EXPECT_EQ(error, "Protocol error: unbalanced quotes in request");
+}
+
+TEST(RespParserTest, EmptyArraysAreSkipped) {
+  EXPECT_EQ(ParseAll("*0\r\n*-1\r\n" + Multibulk({"PING"}), 3), (std::vector<Args>{{"PING"}}));
+}
+
+TEST(RespParserTest, BulkLengthCapCheckedBeforeAllocation) {
+  ParserLimits limits;
+  limits.max_bulk_bytes = 10;
+  std::string error;
+  EXPECT_EQ(ParseAll(Multibulk({"SET", "k", std::string(10, 'x')}), 7, &error, limits).size(), 1u);
+  EXPECT_EQ(error, "");
+  // Declares 2^62 bytes: refused from the header alone (nothing is reserved for it).
+  Parser p(limits);
+  const std::string huge = "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$4611686018427387904\r\n";
+  size_t used = 0;
+  ASSERT_EQ(p.Parse(huge.data(), huge.size(), &used), Parser::Result::kError);
+  EXPECT_NE(p.error().find("invalid bulk length"), std::string::npos) << p.error();
+  EXPECT_LT(p.buffered_bytes(), 64u);
+  error.clear();
+  ParseAll(Multibulk({"SET", "k", std::string(11, 'x')}), 100, &error, limits);
+  EXPECT_NE(error.find("Protocol error: invalid bulk length"), std::string::npos) << error;
+}
+
+TEST(RespParserTest, ArgumentCountCap) {
+  ParserLimits limits;
+  limits.max_args = 3;
+  std::string error;
+  EXPECT_EQ(ParseAll(Multibulk({"SET", "k", "v"}), 5, &error, limits).size(), 1u);
+  ParseAll("*1000000000\r\n", 5, &error, limits);
+  EXPECT_NE(error.find("too many arguments"), std::string::npos) << error;
+  error.clear();
+  ParseAll("a b c d\r\n", 5, &error, limits);  // the inline form too
+  EXPECT_NE(error.find("too many arguments"), std::string::npos) << error;
+}
+
+TEST(RespParserTest, InlineLineCap) {
+  ParserLimits limits;
+  limits.max_inline_bytes = 16;
+  std::string error;
+  EXPECT_EQ(ParseAll("0123456789abcdef\r\n", 4, &error, limits).size(), 0u);  // 17 with the \r
+  EXPECT_EQ(error, "Protocol error: too big inline request");
+  error.clear();
+  EXPECT_EQ(ParseAll("0123456789abcde\n", 4, &error, limits).size(), 1u);
+  EXPECT_EQ(error, "");
+  // A line that never ends is refused as soon as it passes the cap.
+  Parser p(limits);
+  const std::string endless(1000, 'a');
+  size_t used = 0;
+  EXPECT_EQ(p.Parse(endless.data(), endless.size(), &used), Parser::Result::kError);
+}
+
+TEST(RespParserTest, MalformedInputGivesRedisProtocolErrors) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"*x\r\n", "Protocol error: invalid multibulk length"},
+      {"*1\n", "Protocol error: invalid multibulk length"},
+      {"*12345678901234567890123456789012345\r\n", "Protocol error: too big mbulk count string"},
+      {"*1\r\n+PING\r\n", "Protocol error: expected '$', got '+'"},
+      {"*1\r\n\x01", "Protocol error: expected '$', got '\\x01'"},
+      {"*1\r\n$-1\r\n", "Protocol error: invalid bulk length"},
+      {"*1\r\n$abc\r\n", "Protocol error: invalid bulk length"},
+      {"*1\r\n$\r\n", "Protocol error: invalid bulk length"},
+      {"*1\r\n$4\r\nPINGxx", "Protocol error: expected CRLF after a bulk argument"},
+      {"*1\r\n$4\r\nPING\rx", "Protocol error: expected CRLF after a bulk argument"},
+  };
+  for (const auto& [input, message] : cases) {
+    for (size_t chunk : {size_t{1}, size_t{2}, input.size()}) {
+      std::string error;
+      EXPECT_TRUE(ParseAll(input, chunk, &error).empty()) << input;
+      EXPECT_EQ(error, message) << "input " << input << " chunk " << chunk;
+    }
+  }
+  // An error is final.
+  Parser p;
+  size_t used = 0;
+  ASSERT_EQ(p.Parse("*x\r\n", 4, &used), Parser::Result::kError);
+  EXPECT_EQ(p.Parse("PING\r\n", 6, &used), Parser::Result::kError);
+  EXPECT_EQ(used, 0u);
+}
+
+TEST(RespEncodeTest, Replies) {
+  std::string out;
+  AppendSimple(&out, "OK");
+  AppendError(&out, "ERR bad\r\nthing");
+  AppendInteger(&out, -42);
+  AppendBulk(&out, std::string("a\0b", 3));
+  AppendNull(&out);
+  AppendArrayHeader(&out, 2);
+  AppendBulkHeader(&out, 5);
+  EXPECT_EQ(out, std::string("+OK\r\n-ERR bad  thing\r\n:-42\r\n$3\r\na\0b\r\n$-1\r\n*2\r\n$5\r\n", 50));
+}
+
+}  // namespace
+}  // namespace nvmw::resp

@@ -1,0 +1,513 @@
+// The Redis-protocol server end to end over loopback, with a tiny raw-socket client:
+// the commands, pipelining with replies in order, a request run by a worker while the
+// loop serves others, large values, protocol errors and the caps, AUTH, the client
+// cap, a slow reader that blocks nobody and is closed once stalled, and the graceful
+// Stop that finishes a command in flight.
+#include "nvmw/server.h"
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "middleware/test_engine.h"
+#include "nvmw/middleware.h"
+
+namespace nvmw {
+namespace {
+
+using testing::TestEngine;
+
+bool WaitUntil(const std::function<bool()>& pred) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+std::string Multibulk(const std::vector<std::string>& args) {
+  std::string s = "*" + std::to_string(args.size()) + "\r\n";
+  for (const auto& a : args) s += "$" + std::to_string(a.size()) + "\r\n" + a + "\r\n";
+  return s;
+}
+
+std::string Bulk(const std::string& v) { return "$" + std::to_string(v.size()) + "\r\n" + v + "\r\n"; }
+
+// A blocking loopback client that reads whole RESP replies (raw text), with a timeout.
+class Client {
+ public:
+  explicit Client(int port, bool nodelay = true) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    int one = 1;
+    if (nodelay) ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  ~Client() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool connected() const { return connected_; }
+  int fd() const { return fd_; }
+
+  bool Send(const std::string& s) {
+    size_t off = 0;
+    while (off < s.size()) {
+      const ssize_t w = ::send(fd_, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+      if (w <= 0) return false;
+      off += static_cast<size_t>(w);
+    }
+    return true;
+  }
+  std::string Cmd(const std::vector<std::string>& args) {
+    Send(Multibulk(args));
+    return Reply();
+  }
+  // One complete reply, or "" on EOF, error or timeout.
+  std::string Reply(int timeout_ms = 20000) {
+    std::string out;
+    return ReadValue(&out, timeout_ms) ? out : std::string();
+  }
+  // True when the server closed the connection (EOF or reset) within the timeout, with
+  // no reply bytes left unread.
+  bool ClosedByServer(int timeout_ms = 20000) {
+    if (pos_ < buf_.size()) return false;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return false;
+    char tmp[1];
+    const ssize_t r = ::recv(fd_, tmp, 1, 0);
+    return r == 0 || (r < 0 && errno == ECONNRESET);
+  }
+
+ private:
+  // Reads more into buf_; returns bytes read (0 on EOF/timeout/error).
+  size_t Fill(int timeout_ms) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return 0;
+    char tmp[65536];
+    const ssize_t r = ::recv(fd_, tmp, sizeof tmp, 0);
+    if (r <= 0) return 0;
+    buf_.append(tmp, static_cast<size_t>(r));
+    return static_cast<size_t>(r);
+  }
+  bool Need(size_t n, int timeout_ms) {
+    while (buf_.size() - pos_ < n) {
+      if (Fill(timeout_ms) == 0) return false;
+    }
+    return true;
+  }
+  bool ReadLine(std::string* line, int timeout_ms) {
+    for (;;) {
+      const size_t nl = buf_.find("\r\n", pos_);
+      if (nl != std::string::npos) {
+        *line = buf_.substr(pos_, nl + 2 - pos_);
+        pos_ = nl + 2;
+        Compact();
+        return true;
+      }
+      if (Fill(timeout_ms) == 0) return false;
+    }
+  }
+  void Compact() {
+    if (pos_ > (1 << 20)) {
+      buf_.erase(0, pos_);
+      pos_ = 0;
+    }
+  }
+  bool ReadValue(std::string* out, int timeout_ms) {
+    std::string line;
+    if (!ReadLine(&line, timeout_ms)) return false;
+    out->append(line);
+    const long n = (line[0] == '$' || line[0] == '*') ? std::stol(line.substr(1)) : 0;
+    if (line[0] == '$' && n >= 0) {
+      if (!Need(static_cast<size_t>(n) + 2, timeout_ms)) return false;
+      out->append(buf_, pos_, static_cast<size_t>(n) + 2);
+      pos_ += static_cast<size_t>(n) + 2;
+      Compact();
+    } else if (line[0] == '*') {
+      for (long i = 0; i < n; ++i) {
+        if (!ReadValue(out, timeout_ms)) return false;
+      }
+    }
+    return true;
+  }
+
+  int fd_ = -1;
+  bool connected_ = false;
+  std::string buf_;
+  size_t pos_ = 0;
+};
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void StartAll(ServerOptions o = ServerOptions(), MiddlewareOptions mo = MiddlewareOptions()) {
+    mo.window_s = 60;
+    mo.max_threads = 4;
+    mw_ = std::make_unique<Middleware>(mo);
+    ASSERT_TRUE(mw_->Start(&engine_, 1, 1).ok());
+    o.port = 0;
+    server_ = std::make_unique<Server>();
+    ASSERT_TRUE(server_->Start(mw_.get(), &engine_, o).ok());
+    ASSERT_GT(server_->port(), 0);
+  }
+  void TearDown() override {
+    if (server_) EXPECT_TRUE(server_->Stop().ok());
+    if (mw_) EXPECT_TRUE(mw_->Stop().ok());
+  }
+  int port() const { return server_->port(); }
+
+  TestEngine engine_;
+  std::unique_ptr<Middleware> mw_;
+  std::unique_ptr<Server> server_;
+};
+
+TEST_F(ServerTest, StartRefusesBadOptionsAndATakenPort) {
+  StartAll();
+  Server other;
+  ServerOptions o;
+  o.port = port();
+  EXPECT_TRUE(other.Start(mw_.get(), &engine_, o).IsIOError());
+  o.port = 70000;
+  EXPECT_TRUE(Server().Start(mw_.get(), &engine_, o).IsInvalidArgument());
+  o.port = 0;
+  o.bind = "not-an-address";
+  EXPECT_TRUE(Server().Start(mw_.get(), &engine_, o).IsInvalidArgument());
+  o.bind = "127.0.0.1";
+  o.io_threads = 0;
+  EXPECT_TRUE(Server().Start(mw_.get(), &engine_, o).IsInvalidArgument());
+}
+
+TEST_F(ServerTest, KeyCommands) {
+  StartAll();
+  Client c(port());
+  ASSERT_TRUE(c.connected());
+  EXPECT_EQ(c.Cmd({"SET", "k", "v1"}), "+OK\r\n");
+  EXPECT_EQ(c.Cmd({"GET", "k"}), "$2\r\nv1\r\n");
+  EXPECT_EQ(c.Cmd({"get", "missing"}), "$-1\r\n");
+  EXPECT_EQ(c.Cmd({"MSET", "a", "1", "b", "2"}), "+OK\r\n");
+  EXPECT_EQ(c.Cmd({"MGET", "a", "nope", "b"}), "*3\r\n$1\r\n1\r\n$-1\r\n$1\r\n2\r\n");
+  EXPECT_EQ(c.Cmd({"EXISTS", "a", "b", "nope", "a"}), ":3\r\n");
+  EXPECT_EQ(c.Cmd({"DBSIZE"}), ":3\r\n");
+  EXPECT_EQ(c.Cmd({"DEL", "a", "nope", "b"}), ":2\r\n");
+  EXPECT_EQ(c.Cmd({"DBSIZE"}), ":1\r\n");
+  EXPECT_EQ(engine_.Count(), 1u);  // what the engine holds, not a server-side copy
+  EXPECT_EQ(c.Cmd({"SET", "k", "v", "EX", "10"}),
+            "-ERR SET option EX is not supported by nvmw (no expiry, no conditional set)\r\n");
+  EXPECT_EQ(c.Cmd({"SET", "k", "v", "NX"}).rfind("-ERR SET option NX is not supported", 0), 0u);
+  EXPECT_EQ(c.Cmd({"SET", "k", "v", "BOGUS"}), "-ERR syntax error\r\n");
+  EXPECT_EQ(c.Cmd({"GET", "k"}), "$2\r\nv1\r\n");  // refused SETs stored nothing
+  EXPECT_EQ(c.Cmd({"MSET", "a", "1", "b"}), "-ERR wrong number of arguments for 'mset' command\r\n");
+  EXPECT_EQ(c.Cmd({"GET"}), "-ERR wrong number of arguments for 'get' command\r\n");
+  EXPECT_EQ(c.Cmd({"SET", "", "v"}).rfind("-ERR invalid argument", 0), 0u);  // the engine refuses empty keys
+}
+
+TEST_F(ServerTest, ConnectionAndIntrospectionCommands) {
+  StartAll();
+  Client c(port());
+  EXPECT_EQ(c.Cmd({"PING"}), "+PONG\r\n");
+  EXPECT_EQ(c.Cmd({"PING", "hi"}), "$2\r\nhi\r\n");
+  EXPECT_EQ(c.Cmd({"ECHO", "x y"}), "$3\r\nx y\r\n");
+  EXPECT_EQ(c.Cmd({"SELECT", "0"}), "+OK\r\n");
+  EXPECT_EQ(c.Cmd({"SELECT", "1"}), "-ERR DB index is out of range\r\n");
+  EXPECT_EQ(c.Cmd({"FLUSHALL"}), "-ERR unknown command 'FLUSHALL', with args beginning with: \r\n");
+  EXPECT_EQ(c.Cmd({"HELLO", "3"}), "-NOPROTO sorry, this protocol version is not supported\r\n");
+  const std::string hello = c.Cmd({"HELLO", "2", "SETNAME", "me"});
+  EXPECT_EQ(hello.rfind("*14\r\n$6\r\nserver\r\n$5\r\nredis\r\n", 0), 0u) << hello;
+  EXPECT_EQ(c.Cmd({"CLIENT", "GETNAME"}), "$2\r\nme\r\n");
+  EXPECT_EQ(c.Cmd({"CLIENT", "SETNAME", "other"}), "+OK\r\n");
+  EXPECT_EQ(c.Cmd({"CLIENT", "GETNAME"}), "$5\r\nother\r\n");
+  EXPECT_EQ(c.Cmd({"CLIENT", "SETINFO", "LIB-NAME", "redis-py"}), "+OK\r\n");
+  EXPECT_EQ(c.Cmd({"CLIENT", "ID"}).substr(0, 1), ":");
+  EXPECT_EQ(c.Cmd({"CONFIG", "GET", "save"}), "*2\r\n$4\r\nsave\r\n$0\r\n\r\n");
+  EXPECT_EQ(c.Cmd({"CONFIG", "GET", "appendonly"}), "*2\r\n$10\r\nappendonly\r\n$2\r\nno\r\n");
+  EXPECT_EQ(c.Cmd({"CONFIG", "GET", "nothing*"}), "*0\r\n");
+  EXPECT_EQ(c.Cmd({"CONFIG", "SET", "save", ""}).substr(0, 4), "-ERR");
+  EXPECT_EQ(c.Cmd({"COMMAND", "DOCS"}), "*0\r\n");
+  const std::string count = c.Cmd({"COMMAND", "COUNT"});
+  const std::string all = c.Cmd({"COMMAND"});
+  EXPECT_EQ(all.rfind("*" + count.substr(1, count.size() - 3) + "\r\n*10\r\n$3\r\nget\r\n:2\r\n", 0), 0u) << all;
+  EXPECT_EQ(c.Cmd({"NVMW.CLASS"}), "$4\r\nauto\r\n");
+  EXPECT_EQ(c.Cmd({"NVMW.CLASS", "batch"}), "+OK\r\n");
+  EXPECT_EQ(c.Cmd({"NVMW.CLASS"}), "$5\r\nbatch\r\n");
+  EXPECT_EQ(c.Cmd({"NVMW.CLASS", "bulk"}), "-ERR request class must be interactive, batch or auto\r\n");
+  ASSERT_EQ(c.Cmd({"SET", "k", "v"}), "+OK\r\n");
+  const std::string info = c.Cmd({"INFO"});
+  EXPECT_NE(info.find("redis_version:"), std::string::npos);
+  EXPECT_NE(info.find("connected_clients:1\r\n"), std::string::npos) << info;
+  EXPECT_NE(info.find("# Keyspace\r\ndb0:keys=1,expires=0,avg_ttl=0\r\n"), std::string::npos) << info;
+  const std::string keyspace = c.Cmd({"INFO", "keyspace"});
+  EXPECT_EQ(keyspace.find("redis_version"), std::string::npos);
+  EXPECT_NE(keyspace.find("db0:keys=1"), std::string::npos);
+  const std::string stats = c.Cmd({"NVMW.STATS"});
+  EXPECT_NE(stats.find("{\"window\":{\"seq\":"), std::string::npos) << stats;
+  EXPECT_NE(stats.find("\"threads\":{\"interactive\":1,\"batch\":1}"), std::string::npos) << stats;
+  EXPECT_EQ(c.Cmd({"QUIT"}), "+OK\r\n");
+  EXPECT_TRUE(c.ClosedByServer());
+}
+
+TEST_F(ServerTest, NvmwClassDecidesTheRequestClass) {
+  StartAll();
+  Client c(port());
+  ASSERT_EQ(c.Cmd({"NVMW.CLASS", "batch"}), "+OK\r\n");
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(c.Cmd({"SET", "k" + std::to_string(i), "v"}), "+OK\r\n");
+  ASSERT_EQ(c.Cmd({"NVMW.CLASS", "interactive"}), "+OK\r\n");
+  ASSERT_EQ(c.Cmd({"GET", "k1"}), "$1\r\nv\r\n");
+  ASSERT_TRUE(server_->Stop().ok());
+  ASSERT_TRUE(mw_->Stop().ok());  // closes the window
+  EXPECT_EQ(mw_->GetStats().batch.ops, 5u);
+  EXPECT_EQ(mw_->GetStats().interactive.ops, 1u);
+}
+
+TEST_F(ServerTest, InlineCommands) {
+  StartAll();
+  Client c(port());
+  ASSERT_TRUE(c.Send("PING\r\nset k \"a b\"\r\nget k\n"));
+  EXPECT_EQ(c.Reply(), "+PONG\r\n");
+  EXPECT_EQ(c.Reply(), "+OK\r\n");
+  EXPECT_EQ(c.Reply(), "$3\r\na b\r\n");
+}
+
+TEST_F(ServerTest, PipelinedRepliesKeepRequestOrder) {
+  // A thread outside the server keeps taking the only interactive permit, so many of the
+  // server's requests find none free and are run by a worker, completing out of the loop.
+  std::mutex mu;
+  std::set<std::thread::id> ran_on;
+  engine_.on_op = [&](std::string_view key) {
+    if (key[0] == 'a' || key[0] == 'b') {
+      std::lock_guard<std::mutex> lock(mu);
+      ran_on.insert(std::this_thread::get_id());
+    }
+  };
+  engine_.put_delay_ns = 20000;
+  StartAll();
+  std::atomic<bool> done{false};
+  std::thread rival([&] {
+    while (!done.load()) ASSERT_TRUE(mw_->Put("rival", "v", RequestClass::kInteractive).ok());
+  });
+  constexpr int kN = 500;
+  auto run = [&](const std::string& prefix, std::vector<std::string>* replies) {
+    Client c(port());
+    std::string batch;
+    for (int i = 0; i < kN; ++i) {
+      batch += Multibulk({"SET", prefix + std::to_string(i), "value" + std::to_string(i)});
+      batch += Multibulk({"GET", prefix + std::to_string(i)});
+    }
+    batch += "PING\r\n";
+    c.Send(batch);
+    for (int i = 0; i < 2 * kN + 1; ++i) replies->push_back(c.Reply());
+  };
+  std::vector<std::string> a, b;
+  std::thread ta(run, "a", &a);
+  std::thread tb(run, "b", &b);
+  ta.join();
+  tb.join();
+  done = true;
+  rival.join();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_GE(ran_on.size(), 2u);  // the io thread and at least one worker
+  }
+  for (const auto* r : {&a, &b}) {
+    ASSERT_EQ(r->size(), 2u * kN + 1);
+    for (int i = 0; i < kN; ++i) {
+      ASSERT_EQ((*r)[2 * i], "+OK\r\n") << i;
+      ASSERT_EQ((*r)[2 * i + 1], Bulk("value" + std::to_string(i))) << i;
+    }
+    EXPECT_EQ(r->back(), "+PONG\r\n");
+  }
+  EXPECT_EQ(server_->Stats().commands, 2u * (2 * kN + 1));
+}
+
+TEST_F(ServerTest, LargeValuesRoundTrip) {
+  StartAll();
+  Client c(port());
+  std::string big(800 * 1024, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 131 + 7);
+  ASSERT_EQ(c.Cmd({"SET", "big", big}), "+OK\r\n");
+  EXPECT_EQ(c.Cmd({"GET", "big"}), Bulk(big));
+  EXPECT_EQ(c.Cmd({"MGET", "big", "none", "big"}), "*3\r\n" + Bulk(big) + "$-1\r\n" + Bulk(big));
+}
+
+// A request that finds no free permit is run by a worker; meanwhile the loop answers
+// other connections, and the reply arrives when the worker is done.
+TEST_F(ServerTest, WaitingRequestDoesNotBlockTheLoop) {
+  StartAll();
+  Client c(port());
+  ASSERT_EQ(c.Cmd({"SET", "k", "v"}), "+OK\r\n");
+  engine_.CloseGate();
+  std::thread holder([&] { ASSERT_TRUE(mw_->Put("holder", "v").ok()); });
+  ASSERT_TRUE(engine_.WaitInflight(1));  // the only interactive permit is taken
+  ASSERT_TRUE(c.Send(Multibulk({"GET", "k"}) + Multibulk({"PING"})));
+  ASSERT_TRUE(WaitUntil([&] { return mw_->QueueLength(RequestClass::kInteractive) == 1; }));
+  Client other(port());
+  EXPECT_EQ(other.Cmd({"PING"}), "+PONG\r\n");
+  EXPECT_EQ(other.Cmd({"ECHO", "still here"}), "$10\r\nstill here\r\n");
+  engine_.OpenGate();
+  holder.join();
+  EXPECT_EQ(c.Reply(), "$1\r\nv\r\n");
+  EXPECT_EQ(c.Reply(), "+PONG\r\n");
+}
+
+TEST_F(ServerTest, ProtocolErrorIsAnsweredThenClosed) {
+  ServerOptions o;
+  o.max_bulk_bytes = 1000;
+  o.max_args = 8;
+  StartAll(o);
+  {
+    Client c(port());
+    ASSERT_TRUE(c.Send("*1\r\n$x\r\n"));
+    EXPECT_EQ(c.Reply(), "-ERR Protocol error: invalid bulk length\r\n");
+    EXPECT_TRUE(c.ClosedByServer());
+  }
+  {
+    Client c(port());
+    EXPECT_EQ(c.Cmd({"SET", "k", std::string(1000, 'x')}), "+OK\r\n");
+    ASSERT_TRUE(c.Send("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1001\r\n"));
+    EXPECT_EQ(c.Reply().rfind("-ERR Protocol error: invalid bulk length", 0), 0u);
+    EXPECT_TRUE(c.ClosedByServer());
+  }
+  {
+    Client c(port());
+    ASSERT_TRUE(c.Send("*9\r\n"));
+    EXPECT_EQ(c.Reply().rfind("-ERR Protocol error: too many arguments", 0), 0u);
+    EXPECT_TRUE(c.ClosedByServer());
+  }
+  EXPECT_EQ(server_->Stats().protocol_errors, 3u);
+  Client ok(port());
+  EXPECT_EQ(ok.Cmd({"PING"}), "+PONG\r\n");
+}
+
+TEST_F(ServerTest, PasswordRequiresAuth) {
+  ServerOptions o;
+  o.password = "s3cret";
+  StartAll(o);
+  Client c(port());
+  EXPECT_EQ(c.Cmd({"GET", "k"}), "-NOAUTH Authentication required.\r\n");
+  EXPECT_EQ(c.Cmd({"AUTH", "wrong"}), "-WRONGPASS invalid username-password pair or user is disabled.\r\n");
+  EXPECT_EQ(c.Cmd({"AUTH", "admin", "s3cret"}).substr(0, 10), "-WRONGPASS");
+  EXPECT_EQ(c.Cmd({"SET", "k", "v"}), "-NOAUTH Authentication required.\r\n");
+  EXPECT_EQ(engine_.Count(), 0u);
+  EXPECT_EQ(c.Cmd({"AUTH", "s3cret"}), "+OK\r\n");
+  EXPECT_EQ(c.Cmd({"SET", "k", "v"}), "+OK\r\n");
+  Client h(port());
+  EXPECT_EQ(h.Cmd({"HELLO", "2"}).substr(0, 7), "-NOAUTH");
+  EXPECT_EQ(h.Cmd({"HELLO", "2", "AUTH", "default", "s3cret"}).substr(0, 4), "*14\r");
+  EXPECT_EQ(h.Cmd({"GET", "k"}), "$1\r\nv\r\n");
+  EXPECT_EQ(server_->Stats().auth_failures, 2u);
+}
+
+TEST_F(ServerTest, AuthWithoutPasswordConfiguredIsAnError) {
+  StartAll();
+  Client c(port());
+  EXPECT_EQ(c.Cmd({"AUTH", "x"}).rfind("-ERR AUTH <password> called without any password configured", 0), 0u);
+}
+
+TEST_F(ServerTest, ClientCap) {
+  ServerOptions o;
+  o.max_clients = 2;
+  StartAll(o);
+  Client a(port()), b(port());
+  EXPECT_EQ(a.Cmd({"PING"}), "+PONG\r\n");
+  EXPECT_EQ(b.Cmd({"PING"}), "+PONG\r\n");
+  Client c(port());
+  EXPECT_EQ(c.Reply(), "-ERR max number of clients reached\r\n");
+  EXPECT_TRUE(c.ClosedByServer());
+  EXPECT_EQ(server_->Stats().rejected_connections, 1u);
+  EXPECT_EQ(server_->Stats().connections_current, 2u);
+  EXPECT_EQ(a.Cmd({"QUIT"}), "+OK\r\n");
+  ASSERT_TRUE(a.ClosedByServer());
+  ASSERT_TRUE(WaitUntil([&] { return server_->Stats().connections_current == 1; }));
+  Client d(port());
+  EXPECT_EQ(d.Cmd({"PING"}), "+PONG\r\n");
+}
+
+// A client that pipelines GETs of a large value and reads nothing: its connection stops
+// being read at the output cap, others are served meanwhile, and once its output has
+// made no progress for output_stall_timeout_s it is closed.
+TEST_F(ServerTest, SlowReaderBlocksNobodyAndIsClosedWhenStalled) {
+  ServerOptions o;
+  o.max_output_bytes = 256 * 1024;
+  o.output_stall_timeout_s = 0.5;
+  StartAll(o);
+  Client setup(port());
+  const std::string value(100 * 1024, 'v');
+  ASSERT_EQ(setup.Cmd({"SET", "big", value}), "+OK\r\n");
+  Client slow(port());
+  int rcvbuf = 4096;
+  ::setsockopt(slow.fd(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  std::string gets;
+  for (int i = 0; i < 200; ++i) gets += Multibulk({"GET", "big"});
+  std::thread sender([&] { slow.Send(gets); });  // may block once the server stops reading
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(setup.Cmd({"GET", "big"}), Bulk(value));
+    EXPECT_EQ(setup.Cmd({"PING"}), "+PONG\r\n");
+  }
+  ASSERT_TRUE(WaitUntil([&] { return server_->Stats().output_buffer_closes == 1; }));
+  ::shutdown(slow.fd(), SHUT_RDWR);  // unblocks the sender if it still waits
+  sender.join();
+  EXPECT_EQ(setup.Cmd({"PING"}), "+PONG\r\n");
+  EXPECT_LT(server_->Stats().commands, 200u + 42u);  // the slow client's GETs were not all run
+}
+
+TEST_F(ServerTest, StopFinishesTheCommandInFlight) {
+  StartAll();
+  Client c(port());
+  ASSERT_EQ(c.Cmd({"PING"}), "+PONG\r\n");
+  engine_.CloseGate();
+  std::thread holder([&] { ASSERT_TRUE(mw_->Put("holder", "v").ok()); });
+  ASSERT_TRUE(engine_.WaitInflight(1));
+  ASSERT_TRUE(c.Send(Multibulk({"SET", "acked", "1"})));
+  ASSERT_TRUE(WaitUntil([&] { return mw_->QueueLength(RequestClass::kInteractive) == 1; }));
+  std::atomic<bool> stopped{false};
+  std::thread stopper([&] {
+    ASSERT_TRUE(server_->Stop().ok());
+    stopped = true;
+  });
+  // New connections are refused once the server stops listening.
+  ASSERT_TRUE(WaitUntil([&] { return !Client(port()).connected(); }));
+  EXPECT_FALSE(stopped.load());
+  engine_.OpenGate();
+  holder.join();
+  EXPECT_EQ(c.Reply(), "+OK\r\n");
+  EXPECT_TRUE(c.ClosedByServer());
+  stopper.join();
+  EXPECT_TRUE(engine_.Exists("acked").ok());
+  EXPECT_EQ(server_->Stats().connections_current, 0u);
+}
+
+TEST_F(ServerTest, SeveralIoThreads) {
+  ServerOptions o;
+  o.io_threads = 2;
+  StartAll(o);
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 8; ++i) clients.push_back(std::make_unique<Client>(port()));
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(clients[i]->Cmd({"SET", "k" + std::to_string(i), std::to_string(i)}), "+OK\r\n");
+  }
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(clients[(i + 3) % 8]->Cmd({"GET", "k" + std::to_string(i)}), Bulk(std::to_string(i)));
+  }
+  EXPECT_EQ(server_->Stats().connections_current, 8u);
+}
+
+}  // namespace
+}  // namespace nvmw
