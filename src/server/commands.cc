@@ -262,7 +262,7 @@ void Server::Impl::FinishPending(Conn* c) {
       if (p->found[0]) {
         SendValue(c, std::move(p->values[0]));
       } else {
-        Send(c, [](std::string* out) { resp::AppendNull(out); });
+        Send(c, [&](std::string* out) { resp::AppendNull(out, c->resp3); });
       }
       break;
     case PendingCommand::Kind::kMget:
@@ -271,7 +271,7 @@ void Server::Impl::FinishPending(Conn* c) {
         if (p->found[i]) {
           SendValue(c, std::move(p->values[i]));
         } else {
-          Send(c, [](std::string* out) { resp::AppendNull(out); });
+          Send(c, [&](std::string* out) { resp::AppendNull(out, c->resp3); });
         }
       }
       break;
@@ -526,6 +526,7 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
       }
       return;
     case Cmd::kHello: {
+      int proto_asked = 0;  // 0: keep the connection's protocol
       if (args.size() >= 2) {
         int64_t proto = 0;
         auto [ptr, ec] = std::from_chars(args[1].data(), args[1].data() + args[1].size(), proto);
@@ -533,10 +534,11 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
           error("ERR Protocol version is not an integer or out of range");
           return;
         }
-        if (proto != 2) {
+        if (proto != 2 && proto != 3) {
           error("NOPROTO sorry, this protocol version is not supported");
           return;
         }
+        proto_asked = static_cast<int>(proto);
       }
       std::string setname;
       bool has_setname = false;
@@ -567,14 +569,15 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
         }
         c->name = setname;
       }
+      if (proto_asked != 0) c->resp3 = proto_asked == 3;
       Send(c, [&](std::string* out) {
-        resp::AppendArrayHeader(out, 14);
+        resp::AppendMapHeader(out, 7, c->resp3);
         resp::AppendBulk(out, "server");
         resp::AppendBulk(out, "redis");
         resp::AppendBulk(out, "version");
         resp::AppendBulk(out, kRedisVersion);
         resp::AppendBulk(out, "proto");
-        resp::AppendInteger(out, 2);
+        resp::AppendInteger(out, c->resp3 ? 3 : 2);
         resp::AppendBulk(out, "id");
         resp::AppendInteger(out, static_cast<int64_t>(c->id));
         resp::AppendBulk(out, "mode");
@@ -597,7 +600,7 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
         }
       } else if (sub == "getname" && args.size() == 2) {
         if (c->name.empty()) {
-          Send(c, [](std::string* out) { resp::AppendNull(out); });
+          Send(c, [&](std::string* out) { resp::AppendNull(out, c->resp3); });
         } else {
           Send(c, [&](std::string* out) { resp::AppendBulk(out, c->name); });
         }
@@ -629,7 +632,7 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
         Send(c, [](std::string* out) { resp::AppendInteger(out, static_cast<int64_t>(std::size(kCommands))); });
       } else if (sub == "docs") {
         // No documentation to give: an empty reply makes redis-cli use its built-in help.
-        Send(c, [](std::string* out) { resp::AppendArrayHeader(out, 0); });
+        Send(c, [&](std::string* out) { resp::AppendMapHeader(out, 0, c->resp3); });
       } else if (sub == "info") {
         Send(c, [&](std::string* out) {
           resp::AppendArrayHeader(out, args.size() - 2);
@@ -638,7 +641,7 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
             if (s != nullptr) {
               AppendCommandEntry(out, *s);
             } else {
-              out->append("*-1\r\n");
+              out->append(c->resp3 ? "_\r\n" : "*-1\r\n");
             }
           }
         });
@@ -684,7 +687,7 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
         }
       }
       Send(c, [&](std::string* out) {
-        resp::AppendArrayHeader(out, hits.size() * 2);
+        resp::AppendMapHeader(out, hits.size(), c->resp3);
         for (const auto* p : hits) {
           resp::AppendBulk(out, p->first);
           resp::AppendBulk(out, p->second);

@@ -338,7 +338,21 @@ void AppendBulk(std::string* out, std::string_view s) {
   out->append("\r\n", 2);
 }
 
-void AppendNull(std::string* out) { out->append("$-1\r\n", 5); }
+void AppendNull(std::string* out, bool resp3) {
+  if (resp3) {
+    out->append("_\r\n", 3);
+  } else {
+    out->append("$-1\r\n", 5);
+  }
+}
+
+void AppendMapHeader(std::string* out, size_t pairs, bool resp3) {
+  if (resp3) {
+    AppendNumberLine(out, '%', static_cast<int64_t>(pairs));
+  } else {
+    AppendNumberLine(out, '*', static_cast<int64_t>(2 * pairs));
+  }
+}
 
 void AppendArrayHeader(std::string* out, size_t n) {
   AppendNumberLine(out, '*', static_cast<int64_t>(n));

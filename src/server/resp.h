@@ -1,5 +1,6 @@
 // RESP2 (the Redis serialization protocol, version 2): a resumable request parser and
-// the reply encoders of the Redis-protocol server (docs/server.md).
+// the reply encoders of the Redis-protocol server (docs/server.md). Requests are the
+// same in RESP3; replies differ only in nulls and maps, which the encoders take a flag for.
 //
 // The parser accepts both request forms Redis accepts: multibulk ("*<n>\r\n" then n
 // "$<len>\r\n<bytes>\r\n" arguments) and inline (one line of space-separated words, with
@@ -76,7 +77,9 @@ void AppendError(std::string* out, std::string_view msg);   // -msg\r\n (CR/LF r
 void AppendInteger(std::string* out, int64_t v);            // :v\r\n
 void AppendBulk(std::string* out, std::string_view s);      // $len\r\ns\r\n
 void AppendBulkHeader(std::string* out, size_t len);        // $len\r\n
-void AppendNull(std::string* out);                          // $-1\r\n
+void AppendNull(std::string* out, bool resp3 = false);      // $-1\r\n (RESP3: _\r\n)
+// A map of `pairs` key/value pairs: RESP3 %pairs\r\n, RESP2 a flat array *2pairs\r\n.
+void AppendMapHeader(std::string* out, size_t pairs, bool resp3);
 void AppendArrayHeader(std::string* out, size_t n);         // *n\r\n
 
 }  // namespace nvmw::resp

@@ -62,6 +62,7 @@ struct Conn {
   bool closed = false;   // fd closed; freed once no request is in flight
   bool peer_gone = false;
   RequestClass cls = RequestClass::kAuto;
+  bool resp3 = false;    // HELLO 3: RESP3 nulls and maps in replies
   std::string name;      // CLIENT SETNAME
   int64_t stalled_since_ns = 0;  // output at the cap, no write progress since (0: not)
 

@@ -50,7 +50,7 @@ std::string Multibulk(const std::vector<std::string>& args) {
 
 std::string Bulk(const std::string& v) { return "$" + std::to_string(v.size()) + "\r\n" + v + "\r\n"; }
 
-// A blocking loopback client that reads whole RESP replies (raw text), with a timeout.
+// A blocking loopback client that reads whole RESP2/RESP3 replies (raw text), with a timeout.
 class Client {
  public:
   explicit Client(int port, bool nodelay = true) {
@@ -137,14 +137,15 @@ class Client {
     std::string line;
     if (!ReadLine(&line, timeout_ms)) return false;
     out->append(line);
-    const long n = (line[0] == '$' || line[0] == '*') ? std::stol(line.substr(1)) : 0;
+    const bool sized = line[0] == '$' || line[0] == '*' || line[0] == '%';
+    const long n = sized ? std::stol(line.substr(1)) : 0;
     if (line[0] == '$' && n >= 0) {
       if (!Need(static_cast<size_t>(n) + 2, timeout_ms)) return false;
       out->append(buf_, pos_, static_cast<size_t>(n) + 2);
       pos_ += static_cast<size_t>(n) + 2;
       Compact();
-    } else if (line[0] == '*') {
-      for (long i = 0; i < n; ++i) {
+    } else if (line[0] == '*' || line[0] == '%') {
+      for (long i = 0; i < (line[0] == '%' ? 2 * n : n); ++i) {
         if (!ReadValue(out, timeout_ms)) return false;
       }
     }
@@ -229,7 +230,7 @@ TEST_F(ServerTest, ConnectionAndIntrospectionCommands) {
   EXPECT_EQ(c.Cmd({"SELECT", "0"}), "+OK\r\n");
   EXPECT_EQ(c.Cmd({"SELECT", "1"}), "-ERR DB index is out of range\r\n");
   EXPECT_EQ(c.Cmd({"FLUSHALL"}), "-ERR unknown command 'FLUSHALL', with args beginning with: \r\n");
-  EXPECT_EQ(c.Cmd({"HELLO", "3"}), "-NOPROTO sorry, this protocol version is not supported\r\n");
+  EXPECT_EQ(c.Cmd({"HELLO", "4"}), "-NOPROTO sorry, this protocol version is not supported\r\n");
   const std::string hello = c.Cmd({"HELLO", "2", "SETNAME", "me"});
   EXPECT_EQ(hello.rfind("*14\r\n$6\r\nserver\r\n$5\r\nredis\r\n", 0), 0u) << hello;
   EXPECT_EQ(c.Cmd({"CLIENT", "GETNAME"}), "$2\r\nme\r\n");
@@ -262,6 +263,22 @@ TEST_F(ServerTest, ConnectionAndIntrospectionCommands) {
   EXPECT_NE(stats.find("\"threads\":{\"interactive\":1,\"batch\":1}"), std::string::npos) << stats;
   EXPECT_EQ(c.Cmd({"QUIT"}), "+OK\r\n");
   EXPECT_TRUE(c.ClosedByServer());
+}
+
+// HELLO 3 switches the connection to RESP3 replies: nulls and maps change, the rest not.
+TEST_F(ServerTest, Resp3AfterHello3) {
+  StartAll();
+  Client c(port());
+  ASSERT_EQ(c.Cmd({"SET", "k", "v"}), "+OK\r\n");
+  const std::string hello = c.Cmd({"HELLO", "3"});
+  EXPECT_EQ(hello.rfind("%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n", 0), 0u) << hello;
+  EXPECT_NE(hello.find("$5\r\nproto\r\n:3\r\n"), std::string::npos) << hello;
+  EXPECT_EQ(c.Cmd({"GET", "missing"}), "_\r\n");
+  EXPECT_EQ(c.Cmd({"MGET", "k", "missing"}), "*2\r\n$1\r\nv\r\n_\r\n");
+  EXPECT_EQ(c.Cmd({"CONFIG", "GET", "save"}), "%1\r\n$4\r\nsave\r\n$0\r\n\r\n");
+  EXPECT_EQ(c.Cmd({"COMMAND", "DOCS"}), "%0\r\n");
+  EXPECT_EQ(c.Cmd({"HELLO", "2"}).rfind("*14\r\n", 0), 0u);
+  EXPECT_EQ(c.Cmd({"GET", "missing"}), "$-1\r\n");
 }
 
 TEST_F(ServerTest, NvmwClassDecidesTheRequestClass) {
