@@ -196,7 +196,13 @@ void Server::Impl::Continue(IoThread* io, Conn* c) {
         break;
     }
     c->result_inline = false;
-    Status s = mw->SubmitOrRun(std::move(r), [c](const Status& st, std::string&& v) {
+    // Batch requests always go to the batch workers: a large write run on the loop would
+    // hold up every other connection of the loop, interactive ones included. Interactive
+    // requests run on the loop when a permit is free (caller-runs) and wait for a worker
+    // otherwise. No-control mode has no workers: everything runs on the loop.
+    const bool to_workers =
+        mw->options().control && mw->Classify(r.op, r.value.size(), r.cls) == RequestClass::kBatch;
+    Completion done = [c](const Status& st, std::string&& v) {
       c->result_status = st;
       c->result_value = std::move(v);
       if (t_current_io == c->io) {
@@ -204,7 +210,9 @@ void Server::Impl::Continue(IoThread* io, Conn* c) {
       } else {
         Post(c);
       }
-    });
+    };
+    Status s = to_workers ? mw->Submit(std::move(r), std::move(done))
+                          : mw->SubmitOrRun(std::move(r), std::move(done));
     if (!s.ok()) {
       c->result_status = s;
       c->result_value.clear();

@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -292,6 +293,29 @@ TEST_F(ServerTest, NvmwClassDecidesTheRequestClass) {
   ASSERT_TRUE(mw_->Stop().ok());  // closes the window
   EXPECT_EQ(mw_->GetStats().batch.ops, 5u);
   EXPECT_EQ(mw_->GetStats().interactive.ops, 1u);
+}
+
+// Interactive requests with a free permit run on the io thread; batch requests always run
+// on a batch worker, so a large write never holds up the loop.
+TEST_F(ServerTest, BatchRequestsRunOnWorkersInteractiveOnTheLoop) {
+  std::mutex mu;
+  std::map<std::string, std::thread::id> ran_on;
+  engine_.on_op = [&](std::string_view key) {
+    std::lock_guard<std::mutex> lock(mu);
+    ran_on[std::string(key)] = std::this_thread::get_id();
+  };
+  StartAll();
+  Client c(port());
+  ASSERT_EQ(c.Cmd({"SET", "i1", "v"}), "+OK\r\n");
+  ASSERT_EQ(c.Cmd({"GET", "i1"}), "$1\r\nv\r\n");
+  ASSERT_EQ(c.Cmd({"SET", "big", std::string(64 * 1024, 'x')}), "+OK\r\n");  // batch by size
+  ASSERT_EQ(c.Cmd({"NVMW.CLASS", "batch"}), "+OK\r\n");
+  ASSERT_EQ(c.Cmd({"SET", "b1", "v"}), "+OK\r\n");
+  std::lock_guard<std::mutex> lock(mu);
+  const std::thread::id loop = ran_on["i1"];
+  EXPECT_NE(loop, std::this_thread::get_id());
+  EXPECT_NE(ran_on["big"], loop);
+  EXPECT_NE(ran_on["b1"], loop);
 }
 
 TEST_F(ServerTest, InlineCommands) {
