@@ -58,7 +58,8 @@ class Engine {
 };
 
 struct PmemOptions {
-  // Size of the pool file when it is created (ignored when an existing pool is opened).
+  // Size of the pool file when it is created (ignored when an existing pool is opened),
+  // rounded down to a multiple of 4 KiB.
   // On tmpfs/DAX the file is sparse, so a large default costs nothing until used.
   uint64_t pool_size_bytes = 1ull << 30;
   // Create the pool when the file does not exist. With false, a missing file is NotFound.

@@ -140,7 +140,10 @@ Status RunEngineBench(const EngineBenchOptions& options, std::map<std::string, d
                                                       : 2 * data + (64ull << 20);
     po.prefault = options.prefault;
     Status s = OpenPmemEngine(pool_path, po, &engine);
-    if (!s.ok()) return s;
+    if (!s.ok()) {
+      unlink(pool_path.c_str());  // a refused or partial pool must not stay in pool_dir
+      return s;
+    }
   } else {
     return Status::InvalidArgument("engine must be \"pmem\" or \"memory\", got \"" +
                                    options.engine + "\"");

@@ -828,7 +828,10 @@ Status CreatePool(const std::string& path, const PmemOptions& options, bool* exi
   std::random_device rd;
   const std::string tmp = dir + "/" + prefix + std::to_string(getpid()) + "-" +
                           std::to_string((uint64_t{rd()} << 32) | rd());
-  PMEMobjpool* pop = pmemobj_create(tmp.c_str(), kLayout, options.pool_size_bytes,
+  // libpmemobj sizes the heap in whole 4 KiB pages: a file with a partial page at its
+  // end would then read as extended (and be refused) at every open.
+  const uint64_t pool_size = options.pool_size_bytes & ~uint64_t{4095};
+  PMEMobjpool* pop = pmemobj_create(tmp.c_str(), kLayout, pool_size,
                                     static_cast<mode_t>(options.file_mode & 07777));
   if (pop == nullptr) {
     int err = errno;
