@@ -98,7 +98,9 @@ class Replay {
 
   // Preloads (if asked and not yet done for this Replay), then starts the clients in
   // the background and returns. InvalidArgument for bad options or an empty trace;
-  // the preload's first error otherwise. A finished replay (after Join) may be
+  // the preload's first error otherwise; Shutdown when Stop() ended the preload
+  // (it is redone by the next Start); IOError when the operating system refuses a
+  // client thread (the clients already started are stopped and joined first). A finished replay (after Join) may be
   // started again: the schedule restarts at 0 and the result is reset; the preload
   // is not repeated.
   Status Start(Middleware* mw);

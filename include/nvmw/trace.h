@@ -60,6 +60,8 @@ struct TraceReadOptions {
   //        InvalidArgument("<source>:<line>: <reason>").
   // true:  malformed rows are dropped and counted in Trace::skipped_rows.
   // A bad or missing header always fails (the file is not the format asked for).
+  // A row that is not well-formed UTF-8 is malformed ("not UTF-8 text (byte 0xFF at
+  // column 14)"); no message quotes bytes that are not text.
   bool skip_malformed = false;
   // Name used in messages; ReadTrace sets it to the path when left empty.
   std::string source_name;

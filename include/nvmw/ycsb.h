@@ -16,6 +16,7 @@
 #ifndef NVMW_YCSB_H_
 #define NVMW_YCSB_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -123,10 +124,15 @@ class YcsbGenerator {
 
   // Inserts records 0..record_count-1 with load_threads threads, synchronously.
   // Returns the first error status (the remaining inserts are still attempted).
+  // Stop() from another thread ends it early (records_loaded says how many went in).
+  // IOError if the operating system refuses a load thread (the ones started are
+  // stopped and joined first).
   Status Load();
 
   // Starts the client threads in the background. InvalidArgument for bad options,
-  // NotSupported if already started (a generator runs once).
+  // NotSupported if already started (a generator runs once), IOError if the
+  // operating system refuses a client thread (the clients already started are
+  // stopped and joined before it returns; Results then holds what they did).
   Status Start();
   // Asks the clients to finish: each completes its current request and exits.
   // Safe from any thread, any number of times.
@@ -159,8 +165,11 @@ enum class CapacityTarget : uint8_t {
 // and stores the client-side figures: the most one generator can issue on this
 // machine, so a client limit is never mistaken for a middleware limit.
 // `middleware_threads` sizes the interactive pool for kMiddleware (batch pool: 1).
+// `cancel`, if given, is polled while the clients run: true stops them early (the
+// results cover what ran).
 Status MeasureGeneratorCapacity(const YcsbOptions& options, CapacityTarget target,
-                                int middleware_threads, YcsbResults* results);
+                                int middleware_threads, YcsbResults* results,
+                                const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace nvmw
 

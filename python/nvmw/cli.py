@@ -27,15 +27,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()  # imports every command module: a second or more
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     if argv is None:
         argv = sys.argv[1:]
     args = parser.parse_args(argv)
     args.argv = list(argv)  # commands that re-exec themselves need the original words
     try:
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        note = getattr(e, "note", "")  # nvmw.errors.Interrupted: what the run kept
+        print(f"interrupted: {note}" if note else "interrupted", file=sys.stderr)
         return 130
     except (NvmwError, OSError, ValueError, OverflowError) as e:
         # Expected failures (bad input, missing or unwritable files, pool errors): one clear line.

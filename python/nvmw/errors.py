@@ -16,7 +16,23 @@ from nvmw._core import (  # noqa: F401  (re-exported)
     StorageIOError,
 )
 
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C ended a long run that kept what it had measured so far.
+
+    A KeyboardInterrupt (handlers of that still catch it). ``partial`` holds the result so
+    far (its shape is the run's own); ``note`` says what was kept and where, for the one
+    line the command line prints before exiting with 130."""
+
+    def __init__(self, note: str = "", partial: object = None):
+        super().__init__(note)
+        self.note = note
+        self.partial = partial
+
+
 __all__ = [
+    "Interrupted",
     "NvmwError",
     "NotFoundError",
     "InvalidArgumentError",

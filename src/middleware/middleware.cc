@@ -9,6 +9,7 @@
 #include <cmath>
 #include <iterator>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include "middleware/middleware_impl.h"
@@ -97,17 +98,30 @@ Status Middleware::Impl::Start(Engine* engine, int interactive_threads, int batc
     // Both classes share one limit in the baseline: the interactive permits serve all.
     permits[0].SetLimit(options.no_control_max_inflight);
   }
-  {
-    std::lock_guard<std::mutex> lock(mon_mu);
-    mon_running = true;
+  if (s.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mon_mu);
+      mon_running = true;
+    }
+    try {
+      monitor = std::thread(&Impl::MonitorMain, this);
+    } catch (const std::system_error& e) {
+      // std::thread's exception must not escape (it would terminate the process):
+      // the workers already started are stopped and joined below.
+      {
+        std::lock_guard<std::mutex> lock(mon_mu);
+        mon_running = false;
+      }
+      s = Status::IOError(std::string("cannot start the monitor thread: ") + e.what());
+    }
   }
-  monitor = std::thread(&Impl::MonitorMain, this);
   accepting.store(true, std::memory_order_seq_cst);
   if (UsesPermits()) {
     for (int c = 0; c < kClasses; ++c) PermitsOf(c).Open();
   }
   if (!s.ok()) {
-    // Workers failed to start: undo through the ordinary drain path.
+    // A worker or the monitor failed to start: undo through the ordinary drain path,
+    // which joins every thread already started.
     StopLocked();
     return s;
   }

@@ -185,10 +185,17 @@ Status Middleware::Impl::ResizeLocked(int cls, int n) {
     try {
       slot.thread = std::thread(&Impl::WorkerMain, this, &p, s, slot.shard);
     } catch (const std::system_error& e) {
+      // The pool keeps the workers it has (slots 0..s-1; slot 0 is never retired once
+      // started), and the limit follows it, so GetThreads reports what runs. Start
+      // (s == 0 possible there) undoes everything on this error.
       running_workers.fetch_sub(1, std::memory_order_relaxed);
-      p.target.store(std::max(s, 1), std::memory_order_seq_cst);
-      return Status::IOError(std::string("cannot start ") + ClassName(cls) +
-                             " worker: " + e.what());
+      const int kept = std::max(s, 1);
+      p.target.store(kept, std::memory_order_seq_cst);
+      if (kept < old) WakeAll(p);
+      if (UsesPermits() && s > 0) Dispatch(permits[cls].SetLimit(kept), nullptr);
+      return Status::IOError(std::string("cannot start ") + ClassName(cls) + " worker " +
+                             std::to_string(s + 1) + " of " + std::to_string(n) + " (" + e.what() +
+                             "); the class runs with " + std::to_string(kept));
     }
     slot.alive = true;
   }

@@ -21,6 +21,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -31,6 +32,7 @@
 #include <variant>
 
 #include "python/bind.h"
+#include "python/interrupt.h"
 
 namespace nvmw::py {
 
@@ -74,7 +76,10 @@ nb::object ErrorFor(const Status& s) {
   PyObject* type = g_errors[static_cast<int>(s.code())];
   if (type == nullptr) type = g_errors[0];
   std::string msg = s.message().empty() ? Status::CodeName(s.code()) : s.message();
-  return nb::handle(type)(msg);
+  nb::object text = nb::steal(PyUnicode_DecodeUTF8(msg.data(), static_cast<Py_ssize_t>(msg.size()),
+                                                   "backslashreplace"));
+  if (!text.is_valid()) throw nb::python_error();
+  return nb::handle(type)(text);
 }
 
 // False once the interpreter is finalizing (or gone): Python must not be entered
@@ -234,7 +239,13 @@ void BindCore(nb::module_& m) {
       if (type == nullptr) type = g_errors[0];
       std::string msg = e.status.message().empty() ? Status::CodeName(e.status.code())
                                                    : e.status.message();
-      PyErr_SetString(type, msg.c_str());
+      // A message may quote bytes from a file that are not UTF-8: shown escaped (\xff)
+      // rather than failing with a UnicodeDecodeError in place of the error itself.
+      PyObject* text = PyUnicode_DecodeUTF8(msg.data(), static_cast<Py_ssize_t>(msg.size()),
+                                            "backslashreplace");
+      if (text == nullptr) return;  // MemoryError is set
+      PyErr_SetObject(type, text);
+      Py_DECREF(text);
     }
   });
 
@@ -503,16 +514,26 @@ void BindCore(nb::module_& m) {
           "wait_for_window",
           [](PyMiddleware& self, uint64_t after_seq, double timeout_s) {
             std::shared_ptr<Middleware> mw = AcquireMiddleware(self, "wait_for_window");
+            if (!(timeout_s >= 0)) ThrowIfError(Status::InvalidArgument("timeout_s must be >= 0"));
             WindowStats w;
             Status s;
-            {
-              CallWithoutGil release;
-              s = mw->WaitForWindow(after_seq, timeout_s, &w);
-            }
+            // In slices of 50 ms, so that Ctrl-C raises KeyboardInterrupt at once.
+            const auto start = std::chrono::steady_clock::now();
+            WaitInterruptibly(
+                [&] {
+                  const double waited =
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+                  const double left = std::max(0.0, std::min(timeout_s, 1e7) - waited);
+                  s = mw->WaitForWindow(after_seq, std::min(left, 0.05), &w);
+                  return !s.IsIOError() || left <= 0.05;  // IOError: this slice timed out
+                },
+                nullptr);
             ThrowIfError(s);
             return StatsToDict(w);
           },
-          nb::arg("after_seq"), nb::arg("timeout_s") = 60.0)
+          nb::arg("after_seq"), nb::arg("timeout_s") = 60.0,
+          "Block until a window with seq > after_seq closes (IOError 'timeout' after timeout_s;\n"
+          "Ctrl-C raises KeyboardInterrupt).")
       .def("perform_action",
            [](PyMiddleware& self, int action) {
              std::shared_ptr<Middleware> mw = AcquireMiddleware(self, "perform_action");

@@ -15,6 +15,7 @@
 #include "nvmw/replay.h"
 #include "nvmw/trace.h"
 #include "python/bind.h"
+#include "python/interrupt.h"
 
 namespace nvmw::py {
 
@@ -215,6 +216,26 @@ struct PyReplay : Replay {
   }
 };
 
+// Start (preload included) on a helper thread; Ctrl-C stops the preload or the clients.
+void StartInterruptibly(PyReplay& r, std::shared_ptr<Middleware> mw) {
+  Status s = RunInterruptibly([&] { return r.Start(mw); }, [&] { r.Stop(); });
+  ThrowIfError(s);
+}
+
+// Waits for the clients in slices; Ctrl-C stops them, joins them and raises.
+nb::dict JoinInterruptibly(PyReplay& r) {
+  ReplayResult res;
+  Status s;
+  WaitInterruptibly([&] { return PollFor([&] { return !r.running(); }); },
+                    [&] { r.Stop(); });
+  {
+    CallWithoutGil release;
+    s = r.Join(&res);
+  }
+  ThrowIfError(s);
+  return ResultToDict(res);
+}
+
 }  // namespace
 
 void BindTrace(nb::module_& m) {
@@ -366,45 +387,23 @@ void BindTrace(nb::module_& m) {
           nb::arg("trace"), nb::arg("options") = nb::dict())
       .def(
           "start",
-          [](PyReplay& r, PyMiddleware& h) {
-            std::shared_ptr<Middleware> mw = RunningMiddleware(h);
-            Status s;
-            {
-              CallWithoutGil release;
-              s = r.Start(std::move(mw));
-            }
-            ThrowIfError(s);
-          },
+          [](PyReplay& r, PyMiddleware& h) { StartInterruptibly(r, RunningMiddleware(h)); },
           nb::arg("middleware"),
-          "Preload (first time) and start the clients in the background.")
+          "Preload (first time) and start the clients in the background. Ctrl-C during the\n"
+          "preload stops it and raises KeyboardInterrupt.")
       .def("stop", [](PyReplay& r) { r.Stop(); }, "Ask the clients to stop issuing (non-blocking).")
       .def(
           "join",
-          [](PyReplay& r) {
-            ReplayResult res;
-            Status s;
-            {
-              CallWithoutGil release;
-              s = r.Join(&res);
-            }
-            ThrowIfError(s);
-            return ResultToDict(res);
-          },
-          "Wait for the clients; returns the result dict.")
+          [](PyReplay& r) { return JoinInterruptibly(r); },
+          "Wait for the clients; returns the result dict. Ctrl-C stops the clients (requests\n"
+          "in flight complete) and raises KeyboardInterrupt.")
       .def(
           "run",
           [](PyReplay& r, PyMiddleware& h) {
-            std::shared_ptr<Middleware> mw = RunningMiddleware(h);
-            ReplayResult res;
-            Status s;
-            {
-              CallWithoutGil release;
-              s = r.Run(std::move(mw), &res);
-            }
-            ThrowIfError(s);
-            return ResultToDict(res);
+            StartInterruptibly(r, RunningMiddleware(h));
+            return JoinInterruptibly(r);
           },
-          nb::arg("middleware"))
+          nb::arg("middleware"), "Start + join (Ctrl-C as for start and join).")
       .def_prop_ro("running", [](const PyReplay& r) { return r.running(); })
       .def_prop_ro("issued", [](const PyReplay& r) { return r.issued(); })
       .def_prop_ro("completed", [](const PyReplay& r) { return r.completed(); })

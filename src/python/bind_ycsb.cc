@@ -4,12 +4,14 @@
 #include <nanobind/stl/string.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <memory>
 #include <string>
 
 #include "nvmw/ycsb.h"
 #include "python/bind.h"
+#include "python/interrupt.h"
 
 namespace nvmw::py {
 
@@ -116,6 +118,22 @@ struct PyYcsbGenerator : YcsbGenerator {
   }
 };
 
+// Waits for the clients in slices; Ctrl-C stops them (each finishes its request),
+// joins them and raises KeyboardInterrupt.
+void JoinInterruptibly(YcsbGenerator& g) {
+  try {
+    WaitInterruptibly([&] { return PollFor([&] { return !g.running(); }); }, [&] { g.Stop(); });
+  } catch (nb::python_error&) {
+    {
+      CallWithoutGil release;
+      g.Join();  // the clients have ended: results() reports what they did
+    }
+    throw;
+  }
+  CallWithoutGil release;
+  g.Join();
+}
+
 nb::dict JoinedResults(YcsbGenerator& g) {
   YcsbResults r;
   ThrowIfError(g.Results(&r));
@@ -138,15 +156,12 @@ void BindYcsb(nb::module_& m) {
       .def(
           "load",
           [](PyYcsbGenerator& g) {
-            Status s;
-            {
-              CallWithoutGil release;
-              s = g.Load();
-            }
+            Status s = RunInterruptibly([&] { return g.Load(); }, [&] { g.Stop(); });
             ThrowIfError(s);
             return JoinedResults(g);
           },
-          "Insert the records (load phase); returns records_loaded/load_s.")
+          "Insert the records (load phase); returns records_loaded/load_s. Ctrl-C stops the\n"
+          "loaders and raises KeyboardInterrupt.")
       .def(
           "start",
           [](PyYcsbGenerator& g) {
@@ -162,13 +177,11 @@ void BindYcsb(nb::module_& m) {
       .def(
           "join",
           [](PyYcsbGenerator& g) {
-            {
-              CallWithoutGil release;
-              g.Join();
-            }
+            JoinInterruptibly(g);
             return JoinedResults(g);
           },
-          "Wait for the clients; return the results dict.")
+          "Wait for the clients; return the results dict. Ctrl-C stops the clients and\n"
+          "raises KeyboardInterrupt (results() then holds what they did).")
       .def(
           "run",
           [](PyYcsbGenerator& g) {
@@ -176,12 +189,12 @@ void BindYcsb(nb::module_& m) {
             {
               CallWithoutGil release;
               s = g.Start();
-              if (s.ok()) g.Join();
             }
             ThrowIfError(s);
+            JoinInterruptibly(g);
             return JoinedResults(g);
           },
-          "Start + join; returns the results dict.")
+          "Start + join; returns the results dict (Ctrl-C as for join).")
       .def("results", [](PyYcsbGenerator& g) { return JoinedResults(g); }, "Results of a joined run (or of the load phase only).")
       .def_prop_ro("running", [](PyYcsbGenerator& g) { return g.running(); });
 
@@ -199,11 +212,10 @@ void BindYcsb(nb::module_& m) {
           return nb::dict();
         }
         YcsbResults r;
-        Status s;
-        {
-          nb::gil_scoped_release release;
-          s = MeasureGeneratorCapacity(o, t, middleware_threads, &r);
-        }
+        std::atomic<bool> cancel{false};
+        Status s = RunInterruptibly(
+            [&] { return MeasureGeneratorCapacity(o, t, middleware_threads, &r, &cancel); },
+            [&] { cancel.store(true); });
         ThrowIfError(s);
         return ResultsToDict(r);
       },

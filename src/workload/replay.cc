@@ -135,7 +135,7 @@ struct Replay::Impl {
     std::mutex err_mu;
     Status first_error;
     auto worker = [&] {
-      while (true) {
+      while (!stop.load(std::memory_order_relaxed)) {
         size_t i = next.fetch_add(1);
         if (i >= keys.size()) return;
         std::string_view value(value_buf.data(), keys[i].second);
@@ -161,6 +161,7 @@ struct Replay::Impl {
     worker();
     for (auto& t : pool) t.join();
     if (!first_error.ok()) return first_error;
+    if (stop.load()) return Status::Shutdown("replay: stopped during the preload");
     preloaded = true;
     preloaded_keys = keys.size();
     preload_s = static_cast<double>(NowNs() - t0) / 1e9;
@@ -326,7 +327,7 @@ Status Replay::Start(Middleware* mw) {
     m.stop.store(true);
     for (auto& t : m.clients) t.join();
     m.clients.clear();
-    return Status::NoSpace("replay: could not start client thread " + std::to_string(started + 1) + " of " +
+    return Status::IOError("replay: could not start client thread " + std::to_string(started + 1) + " of " +
                            std::to_string(m.stats.size()) + " (" + e.what() + ")");
   }
   m.started = true;

@@ -82,6 +82,37 @@ bool ParseBool(std::string_view s, bool* out) {
   return false;
 }
 
+// Offset of the first byte of `text` that does not belong to well-formed UTF-8
+// (overlong forms, surrogates and code points above U+10FFFF included), or npos.
+size_t FirstInvalidUtf8(std::string_view text) {
+  const auto* b = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned c = b[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len;
+    unsigned lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c == 0xE0) len = 3, lo = 0xA0;
+    else if (c == 0xED) len = 3, hi = 0x9F;
+    else if (c >= 0xE1 && c <= 0xEF) len = 3;
+    else if (c == 0xF0) len = 4, lo = 0x90;
+    else if (c == 0xF4) len = 4, hi = 0x8F;
+    else if (c >= 0xF1 && c <= 0xF3) len = 4;
+    else return i;
+    if (i + len > n || b[i + 1] < lo || b[i + 1] > hi) return i;
+    for (size_t k = 2; k < len; ++k) {
+      if (b[i + k] < 0x80 || b[i + k] > 0xBF) return i;
+    }
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
 // Compares a header line with the expected one, ignoring case and spaces around names.
 bool HeaderMatches(std::string_view line, std::string_view expected) {
   std::string_view got[16], want[16];
@@ -123,7 +154,16 @@ class Parser {
       return Status::OK();
     }
     std::string reason;
-    bool ok = native ? NativeRow(line, &reason) : AzureRow(line, &reason);
+    bool ok;
+    if (const size_t bad = FirstInvalidUtf8(line); bad != std::string_view::npos) {
+      // Checked first, so that no message below quotes bytes that are not text.
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned char>(line[bad]));
+      reason = "not UTF-8 text (byte " + std::string(hex) + " at column " + std::to_string(bad + 1) + ")";
+      ok = false;
+    } else {
+      ok = native ? NativeRow(line, &reason) : AzureRow(line, &reason);
+    }
     if (!ok) {
       if (!options_.skip_malformed) return Error(reason);
       if (skipped_ == 0) first_skip_reason_ = Where() + reason;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "util/histogram.h"
@@ -292,32 +293,46 @@ Status YcsbGenerator::Load() {
   std::string first_error;
   const auto t0 = Clock::now();
   std::vector<std::thread> loaders;
-  for (int t = 0; t < n_threads; ++t) {
-    loaders.emplace_back([&, t] {
-      Rng rng(m.opt.seed ^ (0x5851f42d4c957f2dull * (t + 1)));
-      std::string value(m.opt.value_bytes, '\0');
-      for (char& c : value) c = static_cast<char>('a' + rng.Below(26));
-      std::string key;
-      const uint64_t lo = m.opt.record_count * t / n_threads;
-      const uint64_t hi = m.opt.record_count * (t + 1) / n_threads;
-      uint64_t ok = 0;
-      for (uint64_t k = lo; k < hi; ++k) {
-        ycsb::BuildKey(k, &key);
-        Status ps = m.Write(key, value);
-        if (ps.ok()) {
-          ++ok;
-        } else {
-          std::lock_guard<std::mutex> lock(err_mu);
-          if (first_error.empty()) first_error = "ycsb load of record " + std::to_string(k) + ": " + ps.ToString();
-          if (ps.IsShutdown()) break;  // a stopped middleware refuses the rest too
+  loaders.reserve(static_cast<size_t>(n_threads));
+  std::string thread_error;
+  try {
+    for (int t = 0; t < n_threads; ++t) {
+      loaders.emplace_back([&, t] {
+        Rng rng(m.opt.seed ^ (0x5851f42d4c957f2dull * (t + 1)));
+        std::string value(m.opt.value_bytes, '\0');
+        for (char& c : value) c = static_cast<char>('a' + rng.Below(26));
+        std::string key;
+        const uint64_t lo = m.opt.record_count * t / n_threads;
+        const uint64_t hi = m.opt.record_count * (t + 1) / n_threads;
+        uint64_t ok = 0;
+        for (uint64_t k = lo; k < hi && !m.stop.load(std::memory_order_relaxed); ++k) {
+          ycsb::BuildKey(k, &key);
+          Status ps = m.Write(key, value);
+          if (ps.ok()) {
+            ++ok;
+          } else {
+            std::lock_guard<std::mutex> lock(err_mu);
+            if (first_error.empty()) first_error = "ycsb load of record " + std::to_string(k) + ": " + ps.ToString();
+            if (ps.IsShutdown()) break;  // a stopped middleware refuses the rest too
+          }
         }
-      }
-      loaded.fetch_add(ok);
-    });
+        loaded.fetch_add(ok);
+      });
+    }
+  } catch (const std::system_error& e) {
+    // The operating system refused a thread: stop the loaders already running and
+    // report it (std::thread's exception must not escape: it would terminate).
+    thread_error = "ycsb: could not start load thread " + std::to_string(loaders.size() + 1) + " of " +
+                   std::to_string(n_threads) + " (" + e.what() + ")";
+    m.stop.store(true, std::memory_order_relaxed);
   }
   for (auto& th : loaders) th.join();
   m.load_s = std::chrono::duration<double>(Clock::now() - t0).count();
   m.records_loaded += loaded.load();
+  if (!thread_error.empty()) {
+    m.load_error = thread_error;
+    return Status::IOError(thread_error);
+  }
   if (!first_error.empty()) {
     m.load_error = first_error;
     return Status::IOError(first_error);
@@ -349,8 +364,22 @@ Status YcsbGenerator::Start() {
                                    std::chrono::duration<double>(m.opt.duration_s));
   }
   m.live_clients.store(m.opt.threads);
-  for (int t = 0; t < m.opt.threads; ++t) {
-    m.threads.emplace_back([&m, t] { m.Client(t); });
+  m.threads.reserve(static_cast<size_t>(m.opt.threads));
+  try {
+    for (int t = 0; t < m.opt.threads; ++t) {
+      m.threads.emplace_back([&m, t] { m.Client(t); });
+    }
+  } catch (const std::system_error& e) {
+    // The operating system refused a client thread: stop and join the clients already
+    // running, and report it instead of letting std::thread's exception terminate.
+    const int started = static_cast<int>(m.threads.size());
+    m.stop.store(true, std::memory_order_relaxed);
+    m.live_clients.fetch_sub(m.opt.threads - started, std::memory_order_release);
+    for (int t = started; t < m.opt.threads; ++t) m.stats[t]->end = m.run_start;
+    for (auto& th : m.threads) th.join();
+    m.joined = true;
+    return Status::IOError("ycsb: could not start client thread " + std::to_string(started + 1) + " of " +
+                           std::to_string(m.opt.threads) + " (" + e.what() + ")");
   }
   return Status::OK();
 }
@@ -424,12 +453,32 @@ Status YcsbGenerator::Run(YcsbResults* results) {
   return Results(results);
 }
 
+namespace {
+
+// Start + Join + Results, with `cancel` (if given) polled while the clients run:
+// once it reads true the clients are asked to stop.
+Status RunCancellable(YcsbGenerator* gen, const std::atomic<bool>* cancel, YcsbResults* results) {
+  Status s = gen->Start();
+  if (!s.ok()) return s;
+  if (cancel != nullptr) {
+    while (gen->running()) {
+      if (cancel->load(std::memory_order_relaxed)) gen->Stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  gen->Join();
+  return gen->Results(results);
+}
+
+}  // namespace
+
 Status MeasureGeneratorCapacity(const YcsbOptions& options, CapacityTarget target,
-                                int middleware_threads, YcsbResults* results) {
+                                int middleware_threads, YcsbResults* results,
+                                const std::atomic<bool>* cancel) {
   std::unique_ptr<Engine> noop = NewNoopEngine();
   if (target == CapacityTarget::kDirect) {
     YcsbGenerator gen(options, noop.get());
-    return gen.Run(results);
+    return RunCancellable(&gen, cancel, results);
   }
   MiddlewareOptions mo;
   mo.control = target == CapacityTarget::kMiddleware;
@@ -439,7 +488,7 @@ Status MeasureGeneratorCapacity(const YcsbOptions& options, CapacityTarget targe
   Status run;
   {
     YcsbGenerator gen(options, &mw);
-    run = gen.Run(results);
+    run = RunCancellable(&gen, cancel, results);
   }
   Status stop = mw.Stop();
   return run.ok() ? stop : run;

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from nvmw.commands._args import check_output_dir, positive_int
 from nvmw.commands._args import add_env_args, controller_help
+from nvmw.errors import Interrupted
 from nvmw.lab.evaluation import evaluate_lineup, write_outputs
 from nvmw.lab.lineup import DEFAULT_LINEUP, ControllerContext, deprecated
 
@@ -49,11 +51,21 @@ def run(args) -> int:
     context = ControllerContext(device=args.device if args.env in ("real", "sim") else args.env,
                                 agent_path=args.agent, oracle_path=args.oracle,
                                 fixed=tuple(args.fixed) if args.fixed else (15, 15))
-    summaries, traces, header = evaluate_lineup(
-        args.env, _lineup(args), window_s=args.window, steps=args.steps, switch_every=args.switch_every,
-        seed=args.seed, sla=args.sla, device=args.device, engine=args.engine, path=args.path,
-        sim_params=args.sim_params, context=context, interleave=not args.sequential, progress=True,
-        order="sequential" if args.sequential else "interleaved (controllers take turns per segment)")
+    try:
+        summaries, traces, header = evaluate_lineup(
+            args.env, _lineup(args), window_s=args.window, steps=args.steps, switch_every=args.switch_every,
+            seed=args.seed, sla=args.sla, device=args.device, engine=args.engine, path=args.path,
+            sim_params=args.sim_params, context=context, interleave=not args.sequential, progress=True,
+            order="sequential" if args.sequential else "interleaved (controllers take turns per segment)")
+    except Interrupted as e:
+        # Ctrl-C: the steps taken so far, written like a finished run (no figure), marked
+        # as interrupted in run.json and eval.md.
+        summaries, traces, header = e.partial
+        if not traces:
+            raise Interrupted(f"{e.note}; nothing written") from None
+        paths = write_outputs(summaries, traces, header, args.out, args.switch_every, plot=False)
+        raise Interrupted(f"{e.note}; partial results in {args.out}: "
+                          + ", ".join(os.path.basename(p) for p in paths.values())) from None
     paths = write_outputs(summaries, traces, header, args.out, args.switch_every)
     with open(paths["markdown"], encoding="utf-8") as fh:
         print(fh.read())

@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 from nvmw.control.controllers import Controller
 from nvmw.control.loop import drive
 from nvmw.control.sla import SLASpec
+from nvmw.errors import Interrupted
 from nvmw.lab.lineup import ControllerContext, build_controllers
 from nvmw.lab.runs import run_header
 from nvmw.rl.envs import ControlEnv, SeqPhaseEnv
@@ -182,32 +183,42 @@ def evaluate_controllers(make_env: Callable[[bool], ControlEnv], controllers: Se
     bar = None
     if progress:
         bar = tqdm(total=total_steps * len(controllers), desc="evaluate", unit="step")
-    if not interleave:
-        for c in controllers:
-            env = make_env(c.requires_control)
-            try:
-                run = _Run(env, c, total_steps=total_steps, switch_every=switch_every, seed=seed,
-                           initial_threads=initial_threads, phases=phases)
-                run.advance(total_steps, bar)
-            finally:
-                env.close()
-            traces[c.name] = run.result()
-    else:
-        runs = []
-        try:
+    runs: list[_Run] = []
+    try:
+        if not interleave:
             for c in controllers:
-                runs.append(_Run(make_env(c.requires_control), c, total_steps=total_steps,
-                                 switch_every=switch_every, seed=seed, initial_threads=initial_threads,
-                                 phases=phases))
-            for _seg in range(-(-total_steps // switch_every)):
+                env = make_env(c.requires_control)
+                try:
+                    run = _Run(env, c, total_steps=total_steps, switch_every=switch_every, seed=seed,
+                               initial_threads=initial_threads, phases=phases)
+                    runs.append(run)
+                    run.advance(total_steps, bar)
+                finally:
+                    env.close()
+        else:
+            try:
+                for c in controllers:
+                    runs.append(_Run(make_env(c.requires_control), c, total_steps=total_steps,
+                                     switch_every=switch_every, seed=seed, initial_threads=initial_threads,
+                                     phases=phases))
+                for _seg in range(-(-total_steps // switch_every)):
+                    for run in runs:
+                        if bar is not None:
+                            bar.set_postfix(controller=run.controller.name, refresh=False)
+                        run.advance(switch_every, bar)
+            finally:
                 for run in runs:
-                    if bar is not None:
-                        bar.set_postfix(controller=run.controller.name, refresh=False)
-                    run.advance(switch_every, bar)
-        finally:
-            for run in runs:
-                run.env.close()
-        traces = {run.controller.name: run.result() for run in runs}
+                    run.env.close()
+    except KeyboardInterrupt:
+        # Ctrl-C: the steps every controller has taken so far, summarised as usual.
+        if bar is not None:
+            bar.close()
+        traces = {run.controller.name: run.result() for run in runs if run.step > 0}
+        summaries = {name: summarize(tr, switch_every) for name, tr in traces.items()}
+        done = {name: len(tr["step"]) for name, tr in traces.items()}
+        raise Interrupted(f"steps done per controller: {done} of {total_steps}",
+                          partial=(summaries, traces)) from None
+    traces = {run.controller.name: run.result() for run in runs}
     if bar is not None:
         bar.close()
     for name, tr in traces.items():
@@ -235,8 +246,13 @@ def evaluate_lineup(env_kind: str, controllers: Sequence[str], *, window_s: floa
         return make_env(env_kind, window_s=window_s, sla=spec, device=device, engine=engine, control=control,
                         path=path, max_episode_steps=steps, sim_params=sim_params)
 
-    summaries, traces = evaluate_controllers(fresh_env, ctrls, total_steps=steps, switch_every=switch_every,
-                                             seed=seed, progress=progress, interleave=interleave)
+    try:
+        summaries, traces = evaluate_controllers(fresh_env, ctrls, total_steps=steps, switch_every=switch_every,
+                                                 seed=seed, progress=progress, interleave=interleave)
+    except Interrupted as e:
+        summaries, traces = e.partial
+        header = dict(header, interrupted=e.note)
+        raise Interrupted(e.note, partial=(summaries, traces, header)) from None
     return summaries, traces, header
 
 
@@ -317,12 +333,13 @@ def plot_traces(traces: Mapping[str, Mapping[str, list]], path: str | os.PathLik
 
 
 def write_outputs(summaries: Mapping, traces: Mapping, header: Mapping[str, Any], out_dir: str | os.PathLike,
-                  switch_every: int) -> dict[str, str]:
+                  switch_every: int, *, plot: bool = True) -> dict[str, str]:
     """Writes eval.json ({controller: summary}), run.json (machine, device, window, SLA...),
-    eval.md, eval.png and traces.json (per-step columns) in out_dir."""
+    eval.md, eval.png (unless `plot` is False) and traces.json (per-step columns) in out_dir."""
     os.makedirs(out_dir, exist_ok=True)
     paths = {k: os.path.join(out_dir, f) for k, f in (("json", "eval.json"), ("run", "run.json"), ("markdown", "eval.md"),
-                                                        ("png", "eval.png"), ("traces", "traces.json"))}
+                                                        ("png", "eval.png"), ("traces", "traces.json"))
+             if k != "png" or plot}
     with open(paths["json"], "w", encoding="utf-8") as fh:
         json.dump(summaries, fh, indent=2)
     with open(paths["run"], "w", encoding="utf-8") as fh:
@@ -331,6 +348,7 @@ def write_outputs(summaries: Mapping, traces: Mapping, header: Mapping[str, Any]
         fh.write(markdown_report(summaries, header))
     with open(paths["traces"], "w", encoding="utf-8") as fh:
         json.dump(traces, fh)
-    plot_traces(traces, paths["png"], switch_every,
-                title=", ".join(f"{k}: {v}" for k, v in header.items() if k in ("device", "window_s", "sla", "cores")))
+    if plot:
+        plot_traces(traces, paths["png"], switch_every,
+                    title=", ".join(f"{k}: {v}" for k, v in header.items() if k in ("device", "window_s", "sla", "cores")))
     return paths

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from nvmw import _core
+from nvmw.errors import Interrupted
 from nvmw.middleware import Middleware
 from nvmw.workloads.ycsb import YcsbConfig, YcsbWorkload
 
@@ -221,7 +222,10 @@ def run_sweep(config: Optional[SweepConfig] = None,
         name = f"{i}/{b}" if control else "baseline"
         reps, samples = [], []
         for rep in range(cfg.reps):
-            row, s = _run_once(cfg, trace, control, i, b, rep)
+            try:
+                row, s = _run_once(cfg, trace, control, i, b, rep)
+            except KeyboardInterrupt:
+                _interrupted(cfg, rows + reps, per_config, len(plan), t_start)
             reps.append(row)
             samples.extend(s)
         rows.extend(reps)
@@ -254,6 +258,29 @@ def run_sweep(config: Optional[SweepConfig] = None,
                             (("csv", "sweep.csv"), ("json", "summary.json"), ("png", "sweep.png"))
                             if k != "png" or cfg.plot}
     return summary
+
+
+def _interrupted(cfg: SweepConfig, rows: list, per_config: list, planned: int, t_start: float) -> None:
+    """Ctrl-C: keep what was measured (the rows of finished repetitions in sweep.csv and,
+    once the baseline and one configuration are done, their summary marked interrupted)
+    and raise nvmw.errors.Interrupted saying so."""
+    summary = None
+    if any(not c["control"] for c in per_config) and any(c["control"] for c in per_config):
+        summary = summarize(cfg, per_config)
+        summary.update(interrupted=True, configs_done=len(per_config), configs_planned=planned,
+                       elapsed_s=round(time.monotonic() - t_start, 2))
+    if not cfg.out_dir or not rows:
+        raise Interrupted(f"no repetition had finished ({len(per_config)} of {planned} configurations); "
+                          "nothing written", partial=summary)
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    write_csv(os.path.join(cfg.out_dir, "sweep.csv"), rows)
+    written = ["sweep.csv"]
+    if summary is not None:
+        with open(os.path.join(cfg.out_dir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2, sort_keys=True)
+        written.append("summary.json")
+    raise Interrupted(f"wrote the {len(rows)} finished repetitions ({len(per_config)} of {planned} "
+                      f"configurations complete) to {cfg.out_dir}: {', '.join(written)}", partial=summary)
 
 
 def summarize(cfg: SweepConfig, per_config: list) -> dict:

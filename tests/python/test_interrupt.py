@@ -1,0 +1,215 @@
+"""Ctrl-C ends a long run promptly: blocking calls of the core wait in slices and run the
+pending signal handlers between them, so KeyboardInterrupt reaches Python while C++ is
+waiting (for clients, a preload or a window), the work is stopped and joined first, the
+command line exits with 130, and the runs that keep results (sweep, evaluate) write
+what they measured so far and say so.
+
+The timeouts below only detect a hang; nothing here asserts how fast a stop is."""
+from __future__ import annotations
+
+import _thread
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from nvmw import _core
+from nvmw.middleware import Middleware
+from nvmw.workloads import traces
+from nvmw.workloads.ycsb import YcsbConfig, YcsbWorkload
+
+HANG_S = 60.0  # a run that ignores Ctrl-C outlives this (the runs asked for are longer)
+
+# The command line as `python -m nvmw` runs it, announcing on stderr once every command
+# module is imported and main() is about to start, so that the SIGINT lands in the run.
+# Ctrl-C's handler is set explicitly: a child of a shell's background job starts with
+# SIGINT ignored, and Python keeps it so.
+_LAUNCH = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+           "from nvmw import cli; cli.build_parser(); "
+           "print('READY', file=sys.stderr, flush=True); sys.exit(cli.main(sys.argv[1:]))")
+
+
+class _Cli:
+    """One `nvmw` command in a child process, its stderr collected by a thread."""
+
+    def __init__(self, *argv: str, cwd=None):
+        self.proc = subprocess.Popen([sys.executable, "-c", _LAUNCH, *argv], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=dict(os.environ), cwd=cwd)
+        self.err: list[str] = []
+        self.out: list[str] = []
+        self._readers = [threading.Thread(target=self._read, args=(stream, into), daemon=True)
+                         for stream, into in ((self.proc.stderr, self.err), (self.proc.stdout, self.out))]
+        for t in self._readers:
+            t.start()
+
+    @staticmethod
+    def _read(stream, into: list) -> None:  # drains the pipe so the child never blocks on it
+        for chunk in iter(lambda: stream.read(1), ""):
+            into.append(chunk)
+
+    def stderr(self) -> str:
+        return "".join(self.err)
+
+    def wait_for(self, pattern: str, timeout: float = HANG_S) -> re.Match:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = re.search(pattern, self.stderr())
+            if m:
+                return m
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.close()
+        pytest.fail(f"never saw {pattern!r} on stderr (exit {self.proc.returncode}):\n{self.stderr()[-2000:]}")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for t in self._readers:
+            t.join(timeout=10)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+
+    def interrupt(self) -> tuple[int, str, str]:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=HANG_S)
+        except subprocess.TimeoutExpired:
+            self.close()
+            pytest.fail(f"still running {HANG_S:.0f} s after SIGINT:\n{self.stderr()[-2000:]}")
+        self.close()
+        return self.proc.returncode, "".join(self.out), self.stderr()
+
+
+def _started(cli: _Cli, settle_s: float = 1.5) -> None:
+    """Wait until main() runs, then a little longer so the long call is under way."""
+    cli.wait_for("READY")
+    time.sleep(settle_s)
+
+
+@pytest.mark.parametrize("argv", [
+    ["ycsb", "--duration", "600", "--threads", "4", "--records", "500"],
+    ["ycsb", "--capacity", "--duration", "600", "--threads", "2"],
+    ["run-phase", "1", "--duration", "600", "--window", "0.2"],
+    ["sim", "run", "--phase", "1", "--windows", "10000000"],
+], ids=["ycsb", "ycsb-capacity", "run-phase", "sim-run"])
+def test_ctrl_c_ends_a_long_command_with_130(argv):
+    cli = _Cli(*argv)
+    _started(cli)
+    rc, _out, err = cli.interrupt()
+    assert rc == 130, err[-2000:]
+    assert "interrupted" in err
+    assert "Traceback" not in err
+
+
+def test_ctrl_c_ends_a_replay_with_130(tmp_path):
+    trace = tmp_path / "t.csv"
+    traces.synth("azure", rows=2000, seed=1).write(str(trace), "azure")
+    cli = _Cli("replay", str(trace), "--threads", "4", "--loop", "--duration", "600")
+    _started(cli)
+    rc, _out, err = cli.interrupt()
+    assert rc == 130, err[-2000:]
+    assert "Traceback" not in err
+
+
+def test_ctrl_c_in_a_sweep_keeps_the_finished_configurations(tmp_path):
+    out = tmp_path / "sweep"
+    cli = _Cli("sweep", "--out", str(out), "--grid-i", "1", "--grid-b", "1,2,4,8,16,32", "--reps", "1",
+               "--duration", "0.5", "--clients", "8", "--records", "200", "--no-plot")
+    cli.wait_for(r"\[ 2/7\]")  # the baseline and one configuration are done
+    rc, _out, err = cli.interrupt()
+    assert rc == 130, err[-2000:]
+    assert "interrupted: wrote" in err and str(out) in err
+    with open(out / "summary.json") as f:
+        summary = json.load(f)
+    assert summary["interrupted"] is True
+    assert summary["configs_planned"] == 7
+    assert 2 <= summary["configs_done"] < 7
+    assert summary["configs"][0]["config"] == "baseline"
+    rows = (out / "sweep.csv").read_text().splitlines()
+    assert len(rows) - 1 >= summary["configs_done"]  # header + one row per finished repetition
+    assert not (out / "sweep.png").exists()
+
+
+def test_ctrl_c_in_evaluate_writes_the_steps_taken(tmp_path):
+    out = tmp_path / "eval"
+    cli = _Cli("evaluate", "--env", "real", "--device", "none", "--window", "0.1", "--steps", "5000",
+               "--switch-every", "5", "--controllers", "none", "fixed:4,4", "--out", str(out))
+    cli.wait_for(r"\| *(1[2-9]|[2-9]\d|\d{3,})/10000")  # both controllers have taken steps
+    rc, _out, err = cli.interrupt()
+    assert rc == 130, err[-2000:]
+    assert "partial results in" in err
+    with open(out / "eval.json") as f:
+        summaries = json.load(f)
+    assert set(summaries) == {"no-control", "fixed-I4B4"}
+    assert all(0 < s["steps"] < 5000 for s in summaries.values())
+    with open(out / "traces.json") as f:
+        steps = {name: len(tr["step"]) for name, tr in json.load(f).items()}
+    assert steps == {name: s["steps"] for name, s in summaries.items()}
+    with open(out / "run.json") as f:
+        assert "interrupted" in json.load(f)
+    assert not (out / "eval.png").exists()
+
+
+# ---- the library calls themselves (the main thread interrupted by a timer) ----------
+
+@pytest.fixture(autouse=True)
+def _ctrl_c_raises():
+    """Python's own SIGINT handler (KeyboardInterrupt), also when the test run inherited
+    SIGINT ignored (a shell's background job); restored afterwards."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+def _interrupt_main_after(seconds: float) -> threading.Timer:
+    """Raise SIGINT's handler in the main thread as a real Ctrl-C would (the signal flag)."""
+    t = threading.Timer(seconds, _thread.interrupt_main, args=(signal.SIGINT,))
+    t.start()
+    return t
+
+
+def test_generator_run_stops_its_clients_on_ctrl_c():
+    with Middleware(engine="memory", interactive_threads=2, batch_threads=1) as mw:
+        w = YcsbWorkload(mw, YcsbConfig(record_count=100, duration_s=HANG_S, threads=3))
+        w.load()
+        timer = _interrupt_main_after(0.5)
+        with pytest.raises(KeyboardInterrupt):
+            w.run()
+        timer.join()
+        assert not w.running  # the clients were stopped and joined before it raised
+        done = w._gen.results()
+        assert done["all"]["ops"] > 0  # what they did before the stop is kept
+        mw.put(b"k", b"v")  # the middleware still serves
+        assert mw.get(b"k") == b"v"
+
+
+def test_replay_join_stops_its_clients_on_ctrl_c():
+    trace = traces.synth("azure", rows=500, seed=3)
+    with Middleware(engine="memory", interactive_threads=2, batch_threads=1) as mw:
+        r = _core.Replay(trace, traces.replay_options(threads=2, loop=True, duration_s=HANG_S))
+        r.start(mw.core)
+        timer = _interrupt_main_after(0.5)
+        with pytest.raises(KeyboardInterrupt):
+            r.join()
+        timer.join()
+        assert not r.running
+        assert r.join()["stopped"] is True
+
+
+def test_wait_for_window_is_interruptible():
+    with Middleware(engine="memory", window_s=3600.0) as mw:
+        timer = _interrupt_main_after(0.3)
+        with pytest.raises(KeyboardInterrupt):
+            mw.wait_for_window(0, timeout_s=HANG_S)
+        timer.join()
+        assert mw.core.running
+        with pytest.raises(OSError, match="timeout"):  # a real timeout is still a timeout
+            mw.wait_for_window(0, timeout_s=0.2)
