@@ -327,6 +327,7 @@ Status Replay::Start(Middleware* mw) {
     m.stop.store(true);
     for (auto& t : m.clients) t.join();
     m.clients.clear();
+    m.live.store(0);  // the clients never started count as finished (running() is false)
     return Status::IOError("replay: could not start client thread " + std::to_string(started + 1) + " of " +
                            std::to_string(m.stats.size()) + " (" + e.what() + ")");
   }
