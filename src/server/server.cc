@@ -259,12 +259,13 @@ void Server::Impl::Loop(IoThread* io) {
         listening = false;
         ::epoll_ctl(io->epfd, EPOLL_CTL_DEL, listen_fd, nullptr);
         stop_deadline_ns = now + static_cast<int64_t>(options.stop_timeout_s * 1e9);
+        for (auto& [fd, c] : io->conns) UpdateInterest(io, c.get());  // no more reading
       }
       // Connections with nothing in flight and nothing left to write are done; the
       // others finish their command and flush (slow readers until the deadline).
       std::vector<Conn*> done;
       for (auto& [fd, c] : io->conns) {
-        const bool idle = !c->pending && c->out.empty();
+        const bool idle = !c->pending && c->out.empty() && c->in_pos == c->in.size();
         if (idle || (now >= stop_deadline_ns && !c->in_flight)) done.push_back(c.get());
       }
       for (Conn* c : done) Close(io, c);
@@ -317,8 +318,12 @@ void Server::Impl::Accept(IoThread* io) {
 }
 
 bool Server::Impl::MayParse(const Conn* c) const {
-  return !c->closed && !c->pending && !c->close_after_write && !IsStopping() &&
+  return !c->closed && !c->pending && !c->close_after_write &&
          c->out_bytes < options.max_output_bytes;
+}
+
+bool Server::Impl::MayRead(const Conn* c) const {
+  return MayParse(c) && c->in_pos == c->in.size() && !IsStopping();
 }
 
 size_t Server::Impl::ParseFrom(IoThread* io, Conn* c, const char* data, size_t n) {
@@ -341,7 +346,7 @@ size_t Server::Impl::ParseFrom(IoThread* io, Conn* c, const char* data, size_t n
 }
 
 void Server::Impl::OnReadable(IoThread* io, Conn* c) {
-  for (int k = 0; k < kReadsPerEvent && MayParse(c) && c->in_pos == c->in.size(); ++k) {
+  for (int k = 0; k < kReadsPerEvent && MayRead(c); ++k) {
     const ssize_t r = ::read(c->fd, t_read_buf, kReadChunk);
     if (r == 0) {
       Close(io, c);  // as Redis: a client that closed gets no more replies
@@ -437,7 +442,7 @@ void Server::Impl::Flush(IoThread* io, Conn* c) {
 void Server::Impl::UpdateInterest(IoThread* io, Conn* c) {
   if (c->closed) return;
   uint32_t want = 0;
-  if (MayParse(c) && c->in_pos == c->in.size()) want |= EPOLLIN;
+  if (MayRead(c)) want |= EPOLLIN;
   if (!c->out.empty()) want |= EPOLLOUT;
   if (want == c->events) return;
   epoll_event ev{};

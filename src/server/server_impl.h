@@ -130,7 +130,9 @@ struct Server::Impl {
   void DrainMailbox(IoThread* io);
   void CheckStalls(IoThread* io, int64_t now_ns);
   static void Wake(IoThread* io);
+  // Whether the connection may run its next command (read already), and be read.
   bool MayParse(const Conn* c) const;
+  bool MayRead(const Conn* c) const;
   // Parses and runs commands from data[0, n) while the connection may; returns the bytes used.
   size_t ParseFrom(IoThread* io, Conn* c, const char* data, size_t n);
   // From a worker: hands the connection back to its loop (mailbox, eventfd).

@@ -513,14 +513,15 @@ TEST_F(ServerTest, SlowReaderBlocksNobodyAndIsClosedWhenStalled) {
   EXPECT_LT(server_->Stats().commands, 200u + 42u);  // the slow client's GETs were not all run
 }
 
-TEST_F(ServerTest, StopFinishesTheCommandInFlight) {
+TEST_F(ServerTest, StopFinishesTheCommandInFlightAndThoseAlreadyRead) {
   StartAll();
   Client c(port());
   ASSERT_EQ(c.Cmd({"PING"}), "+PONG\r\n");
   engine_.CloseGate();
   std::thread holder([&] { ASSERT_TRUE(mw_->Put("holder", "v").ok()); });
   ASSERT_TRUE(engine_.WaitInflight(1));
-  ASSERT_TRUE(c.Send(Multibulk({"SET", "acked", "1"})));
+  // The second SET is read with the first and waits in the connection's buffer.
+  ASSERT_TRUE(c.Send(Multibulk({"SET", "acked", "1"}) + Multibulk({"SET", "read", "2"})));
   ASSERT_TRUE(WaitUntil([&] { return mw_->QueueLength(RequestClass::kInteractive) == 1; }));
   std::atomic<bool> stopped{false};
   std::thread stopper([&] {
@@ -533,9 +534,11 @@ TEST_F(ServerTest, StopFinishesTheCommandInFlight) {
   engine_.OpenGate();
   holder.join();
   EXPECT_EQ(c.Reply(), "+OK\r\n");
+  EXPECT_EQ(c.Reply(), "+OK\r\n");  // commands already read are run
   EXPECT_TRUE(c.ClosedByServer());
   stopper.join();
   EXPECT_TRUE(engine_.Exists("acked").ok());
+  EXPECT_TRUE(engine_.Exists("read").ok());
   EXPECT_EQ(server_->Stats().connections_current, 0u);
 }
 
