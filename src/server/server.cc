@@ -383,58 +383,58 @@ void Server::Impl::ProcessInput(IoThread* io, Conn* c) {
 void Server::Impl::OnWritable(IoThread* io, Conn* c) { Flush(io, c); }
 
 void Server::Impl::Flush(IoThread* io, Conn* c) {
-  while (!c->out.empty()) {
-    iovec iov[kMaxIov];
-    int cnt = 0;
-    size_t off = c->out_off;
-    for (auto it = c->out.begin(); it != c->out.end() && cnt < kMaxIov; ++it) {
-      iov[cnt].iov_base = it->data.data() + off;
-      iov[cnt].iov_len = it->data.size() - off;
-      off = 0;
-      ++cnt;
-    }
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(cnt);
-    const ssize_t w = ::sendmsg(c->fd, &msg, MSG_NOSIGNAL);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      Close(io, c);
-      return;
-    }
-    size_t left = static_cast<size_t>(w);
-    c->out_bytes -= left;
-    c->stalled_since_ns = 0;
-    while (left > 0) {
-      OutPiece& front = c->out.front();
-      const size_t rest = front.data.size() - c->out_off;
-      if (left >= rest) {
-        left -= rest;
-        c->out.pop_front();
-        c->out_off = 0;
-      } else {
-        c->out_off += left;
-        left = 0;
+  if (c->closed) return;
+  for (;;) {
+    while (!c->out.empty()) {
+      iovec iov[kMaxIov];
+      int cnt = 0;
+      size_t off = c->out_off;
+      for (auto it = c->out.begin(); it != c->out.end() && cnt < kMaxIov; ++it) {
+        iov[cnt].iov_base = it->data.data() + off;
+        iov[cnt].iov_len = it->data.size() - off;
+        off = 0;
+        ++cnt;
       }
-    }
-  }
-  if (c->out.empty()) {
-    if (c->close_after_write) {
-      Close(io, c);
-      return;
-    }
-    // Output went below the cap: commands already read may go on.
-    if (!c->pending && c->in_pos < c->in.size() && MayParse(c)) {
-      ProcessInput(io, c);
-      if (!c->out.empty()) {
-        Flush(io, c);
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<size_t>(cnt);
+      const ssize_t w = ::sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        Close(io, c);
         return;
       }
+      size_t left = static_cast<size_t>(w);
+      c->out_bytes -= left;
+      c->stalled_since_ns = 0;
+      while (left > 0) {
+        OutPiece& front = c->out.front();
+        const size_t rest = front.data.size() - c->out_off;
+        if (left >= rest) {
+          left -= rest;
+          c->out.pop_front();
+          c->out_off = 0;
+        } else {
+          c->out_off += left;
+          left = 0;
+        }
+      }
     }
-  } else if (c->out_bytes < options.max_output_bytes && !c->pending && c->in_pos < c->in.size() &&
-             MayParse(c)) {
-    ProcessInput(io, c);
+    if (c->out.empty() && c->close_after_write) {
+      Close(io, c);
+      return;
+    }
+    // Output went below the cap: commands already read may go on. Loops (no recursion)
+    // while that makes progress, writing what each round produced.
+    if (!c->pending && c->in_pos < c->in.size() && MayParse(c)) {
+      const size_t before = c->in_pos;
+      const size_t before_size = c->in.size();
+      ProcessInput(io, c);
+      const bool progressed = c->in.size() != before_size || c->in_pos != before;
+      if (progressed && !c->out.empty()) continue;
+    }
+    break;
   }
   UpdateInterest(io, c);
 }

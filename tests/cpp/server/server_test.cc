@@ -382,6 +382,22 @@ TEST_F(ServerTest, PipelinedRepliesKeepRequestOrder) {
   EXPECT_EQ(server_->Stats().commands, 2u * (2 * kN + 1));
 }
 
+// With an output cap of one byte every reply pauses the connection until it is written;
+// thousands of pipelined commands still all run, in order.
+TEST_F(ServerTest, TinyOutputCapStillServesAPipeline) {
+  ServerOptions o;
+  o.max_output_bytes = 1;
+  StartAll(o);
+  Client c(port());
+  constexpr int kN = 20000;
+  std::string batch;
+  for (int i = 0; i < kN; ++i) batch += Multibulk({"ECHO", std::to_string(i)});
+  std::thread sender([&] { c.Send(batch); });
+  for (int i = 0; i < kN; ++i) ASSERT_EQ(c.Reply(), Bulk(std::to_string(i))) << i;
+  sender.join();
+  EXPECT_EQ(server_->Stats().output_buffer_closes, 0u);
+}
+
 TEST_F(ServerTest, LargeValuesRoundTrip) {
   StartAll();
   Client c(port());
