@@ -2,7 +2,8 @@
 # Runs every test: the C++ suites (GoogleTest via CTest), the middleware suites
 # again under ThreadSanitizer, the middleware, engine and workload suites and the
 # Python lifetime tests under AddressSanitizer + UndefinedBehaviorSanitizer, and the
-# Python suite (pytest, warnings are errors). With CI=true, also 300 fuzz inputs over damaged pool images.
+# Python suite (pytest, warnings are errors). With CI=true, also 300 fuzz inputs over damaged pool images
+# and 30 s of fuzzing the Redis-protocol parser.
 # Expects scripts/setup.sh to have run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +15,7 @@ cmake -S . -B build/tests -G Ninja -DNVMW_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelW
 cmake --build build/tests -j"$JOBS"
 ctest --test-dir build/tests --output-on-failure -j"$JOBS"
 
-echo "== C++ middleware tests under ThreadSanitizer"
+echo "== C++ middleware and server tests under ThreadSanitizer"
 cmake -S . -B build/tsan -G Ninja -DNVMW_BUILD_TESTS=ON -DNVMW_SANITIZE=thread \
   -DCMAKE_BUILD_TYPE=Debug >/dev/null
 # Only the test executables (and helper tools) of the given roles: bounds the sanitizer builds.
@@ -27,22 +28,22 @@ role_targets() {
   done
 }
 # shellcheck disable=SC2046
-cmake --build build/tsan -j"$JOBS" --target $(role_targets middleware)
+cmake --build build/tsan -j"$JOBS" --target $(role_targets middleware server)
 # setarch -R: TSan's shadow mapping fails with the high ASLR entropy of newer kernels.
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-  setarch "$(uname -m)" -R ctest --test-dir build/tsan --output-on-failure -L middleware -j"$JOBS"
+  setarch "$(uname -m)" -R ctest --test-dir build/tsan --output-on-failure -L 'middleware|server' -j"$JOBS"
 
-echo "== C++ middleware, engine and workload tests, and the Python lifetime tests, under ASan + UBSan"
+echo "== C++ middleware, engine, workload and server tests, and the Python lifetime tests, under ASan + UBSan"
 # One build for both: the test executables and the module share the instrumented libraries.
 cmake -S . -B build/asan -G Ninja -DNVMW_BUILD_TESTS=ON -DNVMW_BUILD_PYTHON=ON \
   -DNVMW_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug \
   -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$PWD/build/asan/py" >/dev/null
 # shellcheck disable=SC2046
-cmake --build build/asan -j"$JOBS" --target $(role_targets middleware engine workload) _core
+cmake --build build/asan -j"$JOBS" --target $(role_targets middleware engine workload server) _core
 ASAN_OPTIONS="abort_on_error=1:detect_stack_use_after_return=1" \
 UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
 LSAN_OPTIONS="suppressions=$PWD/tests/cpp/engine/lsan.supp" \
-  ctest --test-dir build/asan --output-on-failure -L 'middleware|engine|workload' -j"$JOBS"
+  ctest --test-dir build/asan --output-on-failure -L 'middleware|engine|workload|server' -j"$JOBS"
 # The interpreter is not instrumented, so the ASan runtime is preloaded (it must come
 # first), and libstdc++ with it: otherwise ASan's C++ throw interceptor finds no real
 # __cxa_throw (libstdc++ arrives later, with the module) and aborts on the first
@@ -64,6 +65,13 @@ if [ "${CI:-}" = "true" ]; then
   cmake --build build/fuzz -j"$JOBS" --target pool_image_fuzz
   PMEM_IS_PMEM_FORCE=1 build/fuzz/pool_image_fuzz -seed=1 -runs=300 -max_total_time=120 \
     -max_len=256 -rss_limit_mb=4096 -timeout=60 -print_final_stats=1
+  # The Redis-protocol request parser: whole and split input must agree, caps hold,
+  # every command re-encodes to itself. Seeds in fuzz/corpus/resp; a crash fails CI.
+  echo "== Redis-protocol parser fuzzing (30 s, fixed seed)"
+  cmake --build build/fuzz -j"$JOBS" --target resp_parser_fuzz
+  mkdir -p build/fuzz/resp-corpus
+  build/fuzz/resp_parser_fuzz -seed=1 -max_total_time=30 -max_len=512 -rss_limit_mb=2048 \
+    -timeout=10 -print_final_stats=1 build/fuzz/resp-corpus fuzz/corpus/resp
 fi
 
 echo "== Python tests"
