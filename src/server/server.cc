@@ -250,6 +250,13 @@ void Server::Impl::Loop(IoThread* io) {
       if (!c->closed && (ev & EPOLLOUT)) OnWritable(io, c);
     }
     const int64_t now = NowNs();
+    if (io->accept_paused && now >= io->accept_resume_ns && !IsStopping()) {
+      io->accept_paused = false;
+      epoll_event lev{};
+      lev.events = EPOLLIN | (options.io_threads > 1 ? static_cast<uint32_t>(EPOLLEXCLUSIVE) : 0u);
+      lev.data.ptr = &g_listen_tag;
+      ::epoll_ctl(io->epfd, EPOLL_CTL_ADD, listen_fd, &lev);
+    }
     if (now - last_tick_ns >= kLoopTickMs * 1000000LL) {
       last_tick_ns = now;
       CheckStalls(io, now);
@@ -285,7 +292,12 @@ void Server::Impl::Accept(IoThread* io) {
     const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      return;  // EAGAIN (another loop took it, or none left), EMFILE, ...
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        ::epoll_ctl(io->epfd, EPOLL_CTL_DEL, listen_fd, nullptr);
+        io->accept_paused = true;
+        io->accept_resume_ns = NowNs() + kLoopTickMs * 1000000LL;
+      }
+      return;  // EAGAIN: another loop took it, or none left
     }
     if (connections_current.fetch_add(1) >= options.max_clients) {
       connections_current.fetch_sub(1);

@@ -90,6 +90,10 @@ struct IoThread {
   std::mutex mailbox_mu;
   std::vector<Conn*> mailbox;  // connections whose sub-request completed on a worker
   std::atomic<int> in_flight{0};  // connections with a sub-request at the middleware
+  // Out of file descriptors: the listening socket is left out of this loop's epoll for a
+  // tick (it would report readiness in a busy loop while accept fails).
+  bool accept_paused = false;   // loop thread only
+  int64_t accept_resume_ns = 0;
 };
 
 struct Server::Impl {

@@ -10,7 +10,9 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -556,6 +558,36 @@ TEST_F(ServerTest, StopFinishesTheCommandInFlightAndThoseAlreadyRead) {
   EXPECT_TRUE(engine_.Exists("acked").ok());
   EXPECT_TRUE(engine_.Exists("read").ok());
   EXPECT_EQ(server_->Stats().connections_current, 0u);
+}
+
+// Out of file descriptors, accept fails; the server pauses accepting for a moment
+// (rather than spinning on a listening socket it cannot accept from) and takes the
+// waiting connection once descriptors are available again.
+TEST_F(ServerTest, AcceptResumesAfterRunningOutOfDescriptors) {
+  StartAll();
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  int open_fds = 0;
+  for (int fd = 0; fd < 4096; ++fd) {
+    if (::fcntl(fd, F_GETFD) != -1) open_fds = fd + 1;
+  }
+  std::vector<int> fillers;  // descriptors below the highest one are taken too
+  for (int fd = 0; fd < open_fds; ++fd) {
+    if (::fcntl(fd, F_GETFD) == -1) fillers.push_back(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  }
+  rlimit low = old;
+  low.rlim_cur = static_cast<rlim_t>(open_fds + 1);  // room for the client's socket only
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  Client c(port());
+  const bool connected = c.connected();
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  const uint64_t accepted_while_low = server_->Stats().connections_total;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
+  for (int fd : fillers) ::close(fd);
+  ASSERT_TRUE(connected);
+  EXPECT_EQ(accepted_while_low, 0u);
+  EXPECT_EQ(c.Cmd({"PING"}), "+PONG\r\n");
+  EXPECT_EQ(server_->Stats().connections_total, 1u);
 }
 
 TEST_F(ServerTest, SeveralIoThreads) {
