@@ -42,16 +42,31 @@ def _cls(cls: Optional[str]) -> int:
 
 def open_engine(engine: Union[str, "_core.Engine"] = "pmem", path: Optional[str] = None, *,
                 pool_size: int = 1 << 30, create_if_missing: bool = True,
-                device: Optional[str] = None) -> "_core.Engine":
+                device: Optional[str] = None, verify_checksums: bool = False,
+                paranoid_checks: bool = False, file_mode: int = 0o600) -> "_core.Engine":
     """Open an engine: ``"pmem"`` (a pool file at `path`, created if missing) or
-    ``"memory"``; optionally wrapped by an emulated device profile (``"optane-1dimm"``...)."""
+    ``"memory"``; optionally wrapped by an emulated device profile (``"optane-1dimm"``...).
+
+    pmem only: `pool_size` is the size of a pool this call creates (rounded down to a
+    multiple of 4 KiB); `verify_checksums` checks each entry's checksum on every get
+    (a mismatch raises CorruptionError instead of handing out the value; recovery at open
+    checks every entry regardless, this guards against damage while the pool is open;
+    costs 20-45 ns per small get); `paranoid_checks` refuses to open a pool with any
+    damaged entry (CorruptionError; by default such an entry is quarantined: its key
+    raises CorruptionError and the rest of the pool works); `file_mode` is the permission
+    bits of a pool file this call creates (before the umask). `nvmw check POOL` reports
+    the damage of a pool and can salvage its readable entries."""
     if isinstance(engine, _core.Engine):
         core = engine
     elif engine == "pmem":
         if not path:
             raise InvalidArgumentError("engine='pmem' needs a pool file path")
+        if not 0 <= int(file_mode) <= 0o7777:
+            raise InvalidArgumentError(f"file_mode must be permission bits (0 to 0o7777), got {file_mode!r}")
         core = _core.open_pmem_engine(os.fspath(path), pool_size_bytes=pool_size,
-                                      create_if_missing=create_if_missing)
+                                      create_if_missing=create_if_missing,
+                                      verify_checksums=bool(verify_checksums),
+                                      paranoid_checks=bool(paranoid_checks), file_mode=int(file_mode))
     elif engine == "memory":
         core = _core.new_memory_engine()
     else:
@@ -59,6 +74,20 @@ def open_engine(engine: Union[str, "_core.Engine"] = "pmem", path: Optional[str]
     if device and device != "none":
         core = wrap_engine(core, device)
     return core
+
+
+#: The pool size bound of a middleware unless told otherwise (thesis: 32).
+DEFAULT_MAX_THREADS = 32
+
+_C_INT_MAX = (1 << 31) - 1
+
+
+def _c_int(name: str, value: Any) -> int:
+    """`value` as an int the core takes (C int), or InvalidArgumentError naming it."""
+    v = int(value)
+    if not -_C_INT_MAX - 1 <= v <= _C_INT_MAX:
+        raise InvalidArgumentError(f"{name} must be in [1, {_C_INT_MAX}], got {v}")
+    return v
 
 
 class Middleware:
@@ -73,7 +102,8 @@ class Middleware:
     ----------
     path: pool file for ``engine="pmem"`` (created if missing, recovered otherwise).
     engine: ``"pmem"``, ``"memory"`` or an already open ``nvmw._core.Engine``.
-    interactive_threads, batch_threads: initial pool sizes, in [1, max_threads].
+    interactive_threads, batch_threads: initial pool sizes, clamped to [1, max_threads];
+        :attr:`threads` reports the sizes in use.
     max_threads: pool size bound (thesis: 32).
     window_s: monitor window length in seconds.
     control: False runs the no-control baseline (callers run operations themselves,
@@ -91,7 +121,7 @@ class Middleware:
     """
 
     def __init__(self, path: Optional[str] = None, engine: Union[str, Any] = "pmem", *,
-                 interactive_threads: int = 1, batch_threads: int = 1, max_threads: int = 32,
+                 interactive_threads: int = 1, batch_threads: int = 1, max_threads: int = DEFAULT_MAX_THREADS,
                  window_s: float = 1.0, control: bool = True, device: Optional[str] = None,
                  pool_size: int = 1 << 30, create_if_missing: bool = True,
                  batch_threshold_bytes: int = 64 * 1024, queue_capacity: int = 1 << 16,
@@ -99,6 +129,12 @@ class Middleware:
                  spin_ns: int = 20000, batch_nice: int = 0, execution: str = "caller-runs"):
         if window_s <= 0:
             raise InvalidArgumentError(f"window_s must be > 0, got {window_s}")
+        max_threads = _c_int("max_threads", max_threads)
+        # Clamped as the core clamps them (any integer is accepted, also beyond C's int).
+        top = max(1, max_threads)
+        interactive_threads = min(max(int(interactive_threads), 1), top)
+        batch_threads = min(max(int(batch_threads), 1), top)
+        self.max_threads = max_threads
         self._engine = open_engine(engine, path, pool_size=pool_size,
                                    create_if_missing=create_if_missing, device=device)
         self.device = device or "none"
@@ -158,12 +194,24 @@ class Middleware:
         """The 8-feature state of thesis Table 3.2 (names in :data:`STATE_NAMES`)."""
         return self.core.get_state()
 
-    def perform_action(self, action: int) -> None:
-        """Thesis Table 3.3 action 0..8; thread counts are clamped to [1, max_threads]."""
-        self.core.perform_action(int(action))
+    def perform_action(self, action: int) -> tuple:
+        """Thesis Table 3.3 action 0..8; thread counts are clamped to [1, max_threads].
+        Returns the (interactive, batch) sizes now in use (after the clamp)."""
+        action = int(action)
+        if not 0 <= action < _core.N_ACTIONS:
+            raise InvalidArgumentError(f"action must be in [0, {_core.N_ACTIONS - 1}], got {action}")
+        self.core.perform_action(action)
+        return self.threads
 
-    def set_threads(self, interactive: int, batch: int) -> None:
-        self.core.set_threads(int(interactive), int(batch))
+    def set_threads(self, interactive: int, batch: int) -> tuple:
+        """Set both pool sizes, each in [1, max_threads] (InvalidArgumentError otherwise,
+        nothing changed). Returns the (interactive, batch) sizes now in use."""
+        i, b = int(interactive), int(batch)
+        if not (1 <= i <= self.max_threads and 1 <= b <= self.max_threads):
+            raise InvalidArgumentError(
+                f"thread counts must be in [1, {self.max_threads}], got ({i}, {b})")
+        self.core.set_threads(i, b)
+        return self.threads
 
     @property
     def threads(self) -> tuple:

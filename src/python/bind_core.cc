@@ -333,12 +333,20 @@ void BindCore(nb::module_& m) {
   m.def(
       "open_pmem_engine",
       [](const std::string& path, uint64_t pool_size_bytes, bool create_if_missing,
-         uint64_t bucket_count, uint64_t max_value_bytes) {
+         uint64_t bucket_count, uint64_t max_value_bytes, bool verify_checksums,
+         bool paranoid_checks, uint32_t file_mode) {
+        if (file_mode > 07777) {
+          ThrowIfError(Status::InvalidArgument("file_mode must be permission bits (0 to 0o7777), got " +
+                                               std::to_string(file_mode)));
+        }
         PmemOptions o;
         o.pool_size_bytes = pool_size_bytes;
         o.create_if_missing = create_if_missing;
         o.bucket_count = bucket_count;
         o.max_value_bytes = max_value_bytes;
+        o.verify_checksums = verify_checksums;
+        o.paranoid_checks = paranoid_checks;
+        o.file_mode = file_mode;
         auto h = std::make_shared<PyEngine>();
         Status s;
         {
@@ -351,7 +359,16 @@ void BindCore(nb::module_& m) {
       nb::arg("path"), nb::arg("pool_size_bytes") = PmemOptions().pool_size_bytes,
       nb::arg("create_if_missing") = true, nb::arg("bucket_count") = PmemOptions().bucket_count,
       nb::arg("max_value_bytes") = PmemOptions().max_value_bytes,
-      "Open (or create) a persistent pool file.");
+      nb::arg("verify_checksums") = PmemOptions().verify_checksums,
+      nb::arg("paranoid_checks") = PmemOptions().paranoid_checks,
+      nb::arg("file_mode") = PmemOptions().file_mode,
+      "Open (or create) a persistent pool file (PmemOptions of nvmw/engine.h).\n"
+      "pool_size_bytes: size of a pool this call creates (rounded down to 4 KiB).\n"
+      "verify_checksums: check each entry's checksum on every get/exists (CorruptionError\n"
+      "  on a mismatch; recovery at open checks every entry regardless).\n"
+      "paranoid_checks: refuse to open a pool with any damaged entry (default: quarantine\n"
+      "  it: its key raises CorruptionError, the rest of the pool works).\n"
+      "file_mode: permission bits of a pool file this call creates (before the umask).");
   m.def(
       "new_memory_engine",
       [](uint32_t shards, uint64_t max_value_bytes) {

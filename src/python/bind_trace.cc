@@ -134,6 +134,7 @@ ReplayOptions ReplayFromDict(const nb::dict& d) {
     else if (key == "preload") o.preload = nb::cast<bool>(v);
     else if (key == "preload_threads") o.preload_threads = static_cast<int>(std::min<uint64_t>(ToUint("replay", key, v), 1u << 30));
     else if (key == "seed") o.seed = ToUint("replay", key, v);
+    else if (key == "max_value_bytes") o.max_value_bytes = ToUint("replay", key, v);
     else Bad("replay: unknown option '" + key + "'");
   }
   return o;
@@ -315,13 +316,14 @@ void BindTrace(nb::module_& m) {
   m.def(
       "read_trace",
       [](const std::string& path, const std::string& format, bool skip_malformed, nb::object start_unix_ms,
-         nb::object end_unix_ms, uint64_t max_rows) {
+         nb::object end_unix_ms, uint64_t max_rows, uint64_t max_bytes) {
         TraceReadOptions o;
         o.format = ToFormat(format);
         o.skip_malformed = skip_malformed;
         if (!start_unix_ms.is_none()) o.start_unix_ms = nb::cast<int64_t>(start_unix_ms);
         if (!end_unix_ms.is_none()) o.end_unix_ms = nb::cast<int64_t>(end_unix_ms);
         o.max_rows = max_rows;
+        o.max_bytes = max_bytes;
         Trace t;
         Status s;
         {
@@ -333,21 +335,33 @@ void BindTrace(nb::module_& m) {
       },
       nb::arg("path"), nb::arg("format") = "azure", nb::arg("skip_malformed") = false,
       nb::arg("start_unix_ms") = nb::none(), nb::arg("end_unix_ms") = nb::none(), nb::arg("max_rows") = 0,
+      nb::arg("max_bytes") = 0,
       "Read an azure or native trace file; malformed rows raise (message names the line) or, "
-      "with skip_malformed, are dropped and counted in Trace.skipped_rows.");
+      "with skip_malformed, are dropped and counted in Trace.skipped_rows. A row that is not "
+      "UTF-8, or (max_bytes > 0) whose size is above max_bytes, is malformed.");
   m.def(
       "parse_trace",
-      [](const std::string& text, const std::string& format, bool skip_malformed, const std::string& source_name) {
+      [](nb::handle content, const std::string& format, bool skip_malformed, const std::string& source_name,
+         uint64_t max_bytes) {
+        std::string text;  // bytes as they are (a file's content need not be UTF-8), or str
+        if (nb::isinstance<nb::bytes>(content)) {
+          nb::bytes b = nb::borrow<nb::bytes>(content);
+          text.assign(b.c_str(), b.size());
+        } else {
+          text = nb::cast<std::string>(content);
+        }
         TraceReadOptions o;
         o.format = ToFormat(format);
         o.skip_malformed = skip_malformed;
         o.source_name = source_name;
+        o.max_bytes = max_bytes;
         Trace t;
         ThrowIfError(ParseTrace(text, o, &t));
         return t;
       },
       nb::arg("text"), nb::arg("format") = "azure", nb::arg("skip_malformed") = false,
-      nb::arg("source_name") = "trace");
+      nb::arg("source_name") = "trace", nb::arg("max_bytes") = 0,
+      "As read_trace, from a file's content (bytes or str).");
   m.def(
       "synth_azure",
       [](const nb::dict& d) {

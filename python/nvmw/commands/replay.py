@@ -61,14 +61,15 @@ def run(args: argparse.Namespace) -> int:
                             batch_threads=batch_threads, window_s=args.window,
                             control=control, device=args.device) as mw:
                 result = traces.replay(trace, mw.core, **opts)
+                used = mw.threads  # the pool sizes in use (clamped to [1, max_threads]; 0, 0 without control)
     except (NvmwError, ValueError, OSError) as e:
         print(f"nvmw replay: {e}", file=sys.stderr)
         return 2
     result["trace"] = traces.trace_stats(trace)
     result["options"] = opts
     result["middleware"] = {"engine": args.engine, "device": args.device, "control": control,
-                            "interactive_threads": interactive_threads,
-                            "batch_threads": batch_threads, "window_s": args.window}
+                            "interactive_threads": used[0],
+                            "batch_threads": used[1], "window_s": args.window}
     result["cores"] = cores()
     if args.json:
         print_json(result)

@@ -95,10 +95,11 @@ def run(args: argparse.Namespace) -> int:
                         batch_threads=batch_threads, window_s=args.window,
                         control=control, device=args.device) as mw:
             result = run_ycsb(mw, cfg)
+            used = mw.threads  # the pool sizes in use (clamped to [1, max_threads]; 0, 0 without control)
     result["config"] = cfg.to_options()
     result["middleware"] = {"engine": args.engine, "control": control,
-                            "interactive_threads": interactive_threads,
-                            "batch_threads": batch_threads, "window_s": args.window,
+                            "interactive_threads": used[0],
+                            "batch_threads": used[1], "window_s": args.window,
                             "device": args.device}
     result["cores"] = cores()
     if args.json:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 
 from nvmw import _core
 from nvmw.errors import Interrupted
-from nvmw.middleware import Middleware
+from nvmw.middleware import DEFAULT_MAX_THREADS, Middleware
 from nvmw.workloads.ycsb import YcsbConfig, YcsbWorkload
 
 DEFAULT_GRID_I = (1, 2, 4, 8, 16, 32)
@@ -115,6 +115,11 @@ class SweepConfig:
             grid = getattr(self, name)
             if not grid or any(int(v) < 1 or int(v) != v for v in grid):
                 raise ValueError(f"{name} must be a non-empty list of integers >= 1, got {grid!r}")
+            if any(int(v) > DEFAULT_MAX_THREADS for v in grid):
+                # The middleware would clamp them: the sweep would measure another configuration
+                # than the one it names.
+                raise ValueError(f"{name} values must be in [1, {DEFAULT_MAX_THREADS}] (the middleware's "
+                                 f"max_threads), got {grid!r}")
         if self.reps < 1:
             raise ValueError(f"reps must be >= 1, got {self.reps}")
         if not self.duration_s > 0:

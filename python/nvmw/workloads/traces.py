@@ -18,14 +18,20 @@ STATS_KEYS = ("rows", "reads", "writes", "skipped_rows", "bytes_p50", "bytes_p99
 
 def read_trace(path: str | os.PathLike, format: str = "azure", *, skip_malformed: bool = False,
                start_unix_ms: Optional[int] = None, end_unix_ms: Optional[int] = None,
-               max_rows: int = 0) -> "_core.Trace":
+               max_rows: int = 0, max_bytes: int = 0) -> "_core.Trace":
     """Read a trace file. A malformed row raises InvalidArgumentError whose message starts
     with ``<path>:<line>:``; with `skip_malformed` it is dropped and counted in
-    ``trace.skipped_rows``. Azure rows may be unsorted (they are sorted by Timestamp)."""
+    ``trace.skipped_rows`` (``trace.first_skip_reason`` names the first). A row that is not
+    UTF-8 text is malformed (its byte and column are named), and so, with `max_bytes` > 0,
+    is a row whose size is above `max_bytes` (an absurd size is reported with its line
+    instead of being allocated later). Azure rows may be unsorted (they are sorted by
+    Timestamp). `max_rows` > 0 stops after that many accepted rows."""
     if format not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, not {format!r}")
+    if max_rows < 0 or max_bytes < 0:
+        raise ValueError(f"max_rows and max_bytes must be >= 0, got {max_rows} and {max_bytes}")
     return _core.read_trace(os.fspath(path), format, skip_malformed, start_unix_ms, end_unix_ms,
-                            int(max_rows))
+                            int(max_rows), int(max_bytes))
 
 
 def synth(kind: str, rows: int = 10_000, seed: int = 1, **options: Any) -> "_core.Trace":
@@ -68,8 +74,11 @@ def shape(trace: "_core.Trace", *, start_s: Optional[float] = None, end_s: Optio
 
 def replay_options(*, threads: int = 16, cls: str = "interactive", accel: float = 1.0,
                    loop: bool = False, duration_s: float = 0.0, preload: bool = True,
-                   seed: int = 0) -> dict:
-    """The option dict `_core.Replay` takes (ReplayOptions field names), checked early."""
+                   seed: int = 0, max_value_bytes: int = 0) -> dict:
+    """The option dict `_core.Replay` takes (ReplayOptions field names), checked early.
+    `max_value_bytes` > 0 caps the request size below the middleware's own cap; start()
+    refuses a trace with a larger record (InvalidArgumentError naming it) before any
+    value buffer is allocated."""
     if cls not in CLASSES:
         raise ValueError(f"cls must be one of {CLASSES}, not {cls!r}")
     if threads < 1:
@@ -80,8 +89,11 @@ def replay_options(*, threads: int = 16, cls: str = "interactive", accel: float 
         raise ValueError(f"duration_s must be >= 0, got {duration_s}")
     if loop and duration_s == 0:
         raise ValueError("loop needs a duration_s (or use _core.Replay.stop() yourself)")
+    if max_value_bytes < 0:
+        raise ValueError(f"max_value_bytes must be >= 0, got {max_value_bytes}")
     return dict(threads=int(threads), cls=cls, accel=float(accel), loop=bool(loop),
-                duration_s=float(duration_s), preload=bool(preload), seed=int(seed))
+                duration_s=float(duration_s), preload=bool(preload), seed=int(seed),
+                max_value_bytes=int(max_value_bytes))
 
 
 def replay(trace: "_core.Trace", core_middleware: "_core.Middleware", **options: Any) -> dict:
