@@ -3,7 +3,7 @@
 # again under ThreadSanitizer, the middleware, engine and workload suites and the
 # Python lifetime tests under AddressSanitizer + UndefinedBehaviorSanitizer, and the
 # Python suite (pytest, warnings are errors). With CI=true, also 300 fuzz inputs over damaged pool images
-# and 30 s of fuzzing the Redis-protocol parser.
+# and 30 s of fuzzing the Redis-protocol parser, and 200 SIGKILL cycles of bench/crash_harness.py.
 # Expects scripts/setup.sh to have run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -72,6 +72,11 @@ if [ "${CI:-}" = "true" ]; then
   mkdir -p build/fuzz/resp-corpus
   build/fuzz/resp_parser_fuzz -seed=1 -max_total_time=30 -max_len=512 -rss_limit_mb=2048 \
     -timeout=10 -print_final_stats=1 build/fuzz/resp-corpus fuzz/corpus/resp
+  # SIGKILL at random moments of sync and async puts and removes through the Python API:
+  # every acknowledged write must survive and none may be torn (15 s on 2 loaded cores).
+  echo "== crash harness (200 SIGKILL cycles, fixed seed)"
+  PMEM_IS_PMEM_FORCE=1 $PY bench/crash_harness.py --cycles 200 --seed 1 \
+    --json "${TMPDIR:-/tmp}/nvmw-ci-crash-harness.json"
 fi
 
 echo "== Python tests"
