@@ -52,6 +52,13 @@ struct ServerOptions {
   double output_stall_timeout_s = 30.0;
   // Event-loop threads; connections are spread over them as they are accepted.
   int io_threads = 1;
+  // true: an interactive request whose class has a free permit runs on the io thread
+  // (caller-runs: no hand-off, the cheapest path for small requests, but the server then
+  // has at most io_threads interactive requests of its own in the engine, whatever the
+  // class's limit). false: every request is run by a worker of its class, so the
+  // classes' limits bound the server's concurrency (each request pays a hand-off).
+  // Batch requests always go to the workers. No-control mode always runs on the loop.
+  bool run_on_loop = true;
   // Stop(): how long replies may take to reach slow readers before their
   // connections are closed anyway (commands in flight always finish first).
   double stop_timeout_s = 10.0;

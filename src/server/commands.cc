@@ -199,9 +199,11 @@ void Server::Impl::Continue(IoThread* io, Conn* c) {
     // Batch requests always go to the batch workers: a large write run on the loop would
     // hold up every other connection of the loop, interactive ones included. Interactive
     // requests run on the loop when a permit is free (caller-runs) and wait for a worker
-    // otherwise. No-control mode has no workers: everything runs on the loop.
+    // otherwise, unless run_on_loop is off. No-control mode has no workers: everything
+    // runs on the loop.
     const bool to_workers =
-        mw->options().control && mw->Classify(r.op, r.value.size(), r.cls) == RequestClass::kBatch;
+        mw->options().control &&
+        (!options.run_on_loop || mw->Classify(r.op, r.value.size(), r.cls) == RequestClass::kBatch);
     Completion done = [c](const Status& st, std::string&& v) {
       c->result_status = st;
       c->result_value = std::move(v);

@@ -320,6 +320,22 @@ TEST_F(ServerTest, BatchRequestsRunOnWorkersInteractiveOnTheLoop) {
   EXPECT_NE(ran_on["b1"], loop);
 }
 
+// With run_on_loop off an interactive request with a free permit still goes to a worker:
+// while the engine holds it, the loop answers another connection.
+TEST_F(ServerTest, WithoutRunOnLoopWorkersRunEverything) {
+  ServerOptions o;
+  o.run_on_loop = false;
+  StartAll(o);
+  Client a(port()), b(port());
+  ASSERT_EQ(a.Cmd({"SET", "k", "v"}), "+OK\r\n");
+  engine_.CloseGate();
+  ASSERT_TRUE(a.Send(Multibulk({"GET", "k"})));
+  ASSERT_TRUE(engine_.WaitInflight(1));  // the GET is in the engine, permit free before it
+  EXPECT_EQ(b.Cmd({"PING"}), "+PONG\r\n");  // so the loop is not the thread running it
+  engine_.OpenGate();
+  EXPECT_EQ(a.Reply(), "$1\r\nv\r\n");
+}
+
 TEST_F(ServerTest, InlineCommands) {
   StartAll();
   Client c(port());
