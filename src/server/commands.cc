@@ -10,6 +10,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 #include <string>
 #include <string_view>
@@ -343,6 +344,23 @@ std::string Server::Impl::Info(const std::vector<std::string>& args) {
     line("connected_clients", std::to_string(connections_current.load()));
     line("maxclients", std::to_string(options.max_clients));
     line("blocked_clients", "0");
+  }
+  if (want("memory")) {
+    // The process's resident memory (Redis reports its allocator's bytes here; nvmw has
+    // no allocator accounting, and the pmem pool is mapped, not counted).
+    long pages = 0, resident = 0;
+    if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+      std::fclose(f);
+    }
+    const uint64_t rss = static_cast<uint64_t>(resident) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    char human[32];
+    std::snprintf(human, sizeof human, "%.2fM", static_cast<double>(rss) / (1024.0 * 1024.0));
+    section("Memory");
+    line("used_memory", std::to_string(rss));
+    line("used_memory_human", human);
+    line("used_memory_rss", std::to_string(rss));
+    line("maxmemory", "0");
   }
   if (want("stats")) {
     section("Stats");

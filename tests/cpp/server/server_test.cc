@@ -257,6 +257,8 @@ TEST_F(ServerTest, ConnectionAndIntrospectionCommands) {
   const std::string info = c.Cmd({"INFO"});
   EXPECT_NE(info.find("redis_version:"), std::string::npos);
   EXPECT_NE(info.find("connected_clients:1\r\n"), std::string::npos) << info;
+  EXPECT_EQ(info.find("used_memory:0\r\n"), std::string::npos) << info;  // resident memory
+  EXPECT_NE(info.find("used_memory:"), std::string::npos) << info;
   EXPECT_NE(info.find("# Keyspace\r\ndb0:keys=1,expires=0,avg_ttl=0\r\n"), std::string::npos) << info;
   const std::string keyspace = c.Cmd({"INFO", "keyspace"});
   EXPECT_EQ(keyspace.find("redis_version"), std::string::npos);
