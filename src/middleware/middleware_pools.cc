@@ -193,9 +193,12 @@ Status Middleware::Impl::ResizeLocked(int cls, int n) {
       p.target.store(kept, std::memory_order_seq_cst);
       if (kept < old) WakeAll(p);
       if (UsesPermits() && s > 0) Dispatch(permits[cls].SetLimit(kept), nullptr);
-      return Status::IOError(std::string("cannot start ") + ClassName(cls) + " worker " +
-                             std::to_string(s + 1) + " of " + std::to_string(n) + " (" + e.what() +
-                             "); the class runs with " + std::to_string(kept));
+      std::string msg = std::string("cannot start ") + ClassName(cls) + " worker " +
+                        std::to_string(s + 1) + " of " + std::to_string(n) + " (" + e.what() + ")";
+      if (accepting.load(std::memory_order_acquire)) {  // a resize: the middleware runs on
+        msg += "; the class runs with " + std::to_string(kept);
+      }
+      return Status::IOError(msg);
     }
     slot.alive = true;
   }
