@@ -11,7 +11,8 @@
 // other connections go on. A SET is acknowledged once the engine's Put returned OK
 // (durable on the pmem engine).
 //
-// Thread safety: Start and Stop from one thread; port() and Stats() from any thread.
+// Thread safety: every method may be called from any thread (Start and Stop are
+// serialized; a second Stop waits for the first).
 // Ownership: neither the middleware nor the engine is owned; both must outlive Stop()
 // (the destructor calls Stop()).
 #ifndef NVMW_SERVER_H_

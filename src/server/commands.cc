@@ -333,7 +333,7 @@ std::string Server::Impl::Info(const std::vector<std::string>& args) {
     line("arch_bits", std::to_string(sizeof(void*) * 8));
     line("multiplexing_api", "epoll");
     line("process_id", std::to_string(::getpid()));
-    line("tcp_port", std::to_string(port));
+    line("tcp_port", std::to_string(port.load()));
     line("uptime_in_seconds", std::to_string(uptime_s));
     line("uptime_in_days", std::to_string(uptime_s / 86400));
     line("io_threads_active", std::to_string(options.io_threads));
@@ -698,7 +698,7 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
           {"appendonly", "no"},
           {"databases", "1"},
           {"maxclients", std::to_string(options.max_clients)},
-          {"port", std::to_string(port)},
+          {"port", std::to_string(port.load())},
           {"bind", options.bind},
           {"proto-max-bulk-len", std::to_string(options.max_bulk_bytes)},
           {"maxmemory", "0"},

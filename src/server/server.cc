@@ -75,6 +75,16 @@ void Server::Impl::SendValue(Conn* c, std::string&& value) {
 // ---- lifecycle ----
 
 Status Server::Impl::Start(Middleware* m, Engine* e, const ServerOptions& o) {
+  std::lock_guard<std::mutex> lock(lifecycle_mu);
+  return StartLocked(m, e, o);
+}
+
+Status Server::Impl::Stop() {
+  std::lock_guard<std::mutex> lock(lifecycle_mu);
+  return StopLocked();
+}
+
+Status Server::Impl::StartLocked(Middleware* m, Engine* e, const ServerOptions& o) {
   if (started) return Status::InvalidArgument("server already started");
   if (m == nullptr || e == nullptr) return Status::InvalidArgument("server needs a middleware and its engine");
   if (!m->running()) return Status::InvalidArgument("the middleware is not running");
@@ -177,13 +187,13 @@ Status Server::Impl::Start(Middleware* m, Engine* e, const ServerOptions& o) {
   }
   started = true;
   if (!s.ok()) {
-    Stop();
+    StopLocked();
     return s;
   }
   return Status::OK();
 }
 
-Status Server::Impl::Stop() {
+Status Server::Impl::StopLocked() {
   if (!started) return Status::OK();
   started = false;
   stopping.store(true, std::memory_order_release);
@@ -546,7 +556,7 @@ Status Server::Start(Middleware* mw, Engine* engine, const ServerOptions& option
   return impl_->Start(mw, engine, options);
 }
 
-int Server::port() const { return impl_->port; }
+int Server::port() const { return impl_->port.load(); }
 
 Status Server::Stop() { return impl_->Stop(); }
 

@@ -101,10 +101,11 @@ struct Server::Impl {
   Engine* engine = nullptr;
   ServerOptions options;
   resp::ParserLimits limits;
+  std::mutex lifecycle_mu;  // serializes Start and Stop (Stop may come from any thread)
   int listen_fd = -1;
-  int port = 0;
+  std::atomic<int> port{0};
   int64_t start_ns = 0;
-  bool started = false;  // Start/Stop thread only
+  bool started = false;  // guarded by lifecycle_mu
   std::vector<std::unique_ptr<IoThread>> threads;
   std::atomic<bool> stopping{false};
   std::atomic<uint64_t> next_conn_id{1};
@@ -120,6 +121,8 @@ struct Server::Impl {
   // ---- server.cc ----
   Status Start(Middleware* m, Engine* e, const ServerOptions& o);
   Status Stop();
+  Status StartLocked(Middleware* m, Engine* e, const ServerOptions& o);
+  Status StopLocked();
   void Loop(IoThread* io);
   void Accept(IoThread* io);
   void OnReadable(IoThread* io, Conn* c);

@@ -612,6 +612,17 @@ TEST_F(ServerTest, AcceptResumesAfterRunningOutOfDescriptors) {
   EXPECT_EQ(server_->Stats().connections_total, 1u);
 }
 
+TEST_F(ServerTest, ConcurrentStopsAreSafe) {
+  StartAll();
+  Client c(port());
+  ASSERT_EQ(c.Cmd({"PING"}), "+PONG\r\n");
+  std::vector<std::thread> stoppers;
+  for (int i = 0; i < 4; ++i) stoppers.emplace_back([&] { EXPECT_TRUE(server_->Stop().ok()); });
+  for (auto& t : stoppers) t.join();
+  EXPECT_TRUE(c.ClosedByServer());
+  EXPECT_EQ(server_->Stats().connections_current, 0u);
+}
+
 TEST_F(ServerTest, SeveralIoThreads) {
   ServerOptions o;
   o.io_threads = 2;
