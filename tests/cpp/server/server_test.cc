@@ -174,8 +174,12 @@ class ServerTest : public ::testing::Test {
     ASSERT_GT(server_->port(), 0);
   }
   void TearDown() override {
-    if (server_) EXPECT_TRUE(server_->Stop().ok());
-    if (mw_) EXPECT_TRUE(mw_->Stop().ok());
+    if (server_) {
+      EXPECT_TRUE(server_->Stop().ok());
+    }
+    if (mw_) {
+      EXPECT_TRUE(mw_->Stop().ok());
+    }
   }
   int port() const { return server_->port(); }
 
