@@ -38,6 +38,7 @@ void BindServer(nb::module_& m) {
              uint64_t max_bulk_bytes, size_t max_args, uint64_t max_output_bytes, int io_threads,
              double output_stall_timeout_s, double stop_timeout_s, bool run_on_loop) {
             std::shared_ptr<Middleware> mw = AcquireMiddleware(middleware, "Server");
+            if (!engine) engine = middleware.engine;  // the engine the middleware runs on
             if (!engine || !engine->engine) {
               ThrowIfError(Status::InvalidArgument("engine is closed or missing"));
             }
@@ -55,13 +56,14 @@ void BindServer(nb::module_& m) {
             o.run_on_loop = run_on_loop;
             new (self) PyServer{std::move(engine), std::move(mw), o, std::make_unique<Server>(), false};
           },
-          nb::arg("middleware"), nb::arg("engine"), nb::arg("bind") = d.bind, nb::arg("port") = 0,
+          nb::arg("middleware"), nb::arg("engine").none() = nb::none(), nb::arg("bind") = d.bind, nb::arg("port") = 0,
           nb::arg("password") = d.password, nb::arg("max_clients") = d.max_clients,
           nb::arg("max_bulk_bytes") = d.max_bulk_bytes, nb::arg("max_args") = d.max_args,
           nb::arg("max_output_bytes") = d.max_output_bytes, nb::arg("io_threads") = d.io_threads,
           nb::arg("output_stall_timeout_s") = d.output_stall_timeout_s,
           nb::arg("stop_timeout_s") = d.stop_timeout_s, nb::arg("run_on_loop") = d.run_on_loop,
-          "A server over `middleware` (a _core.Middleware) and the _core.Engine it runs on.\n"
+          "A server over `middleware` (a _core.Middleware) and the _core.Engine it runs on\n"
+          "(None: the middleware's own, `middleware.engine`).\n"
           "port=0 picks a free port (read .port after start()). run_on_loop=False hands every\n"
           "request to the workers of its class (see ServerOptions::run_on_loop).")
       .def("start",
