@@ -228,6 +228,37 @@ TEST_F(ServerTest, KeyCommands) {
   EXPECT_EQ(c.Cmd({"SET", "", "v"}).rfind("-ERR invalid argument", 0), 0u);  // the engine refuses empty keys
 }
 
+// A multi-key command stops at its first failing key and answers that error; the keys
+// before it stay written (MSET is not atomic).
+TEST_F(ServerTest, MultiKeyCommandStopsAtTheFirstError) {
+  StartAll();
+  Client c(port());
+  EXPECT_EQ(c.Cmd({"MSET", "a", "1", engine_.fail_key, "2", "c", "3"}),
+            "-ERR IOError: injected failure\r\n");
+  EXPECT_EQ(c.Cmd({"MGET", "a", "c"}), "*2\r\n$1\r\n1\r\n$-1\r\n");
+  EXPECT_EQ(c.Cmd({"MGET", "a", engine_.fail_key}), "-ERR IOError: injected failure\r\n");
+  EXPECT_EQ(c.Cmd({"PING"}), "+PONG\r\n");  // the connection goes on
+}
+
+// A full class queue is answered -OVERLOADED (retry later), not waited for.
+TEST_F(ServerTest, FullQueueIsOverloaded) {
+  MiddlewareOptions mo;
+  mo.queue_capacity = 1;
+  StartAll(ServerOptions(), mo);
+  Client a(port()), b(port());
+  ASSERT_EQ(a.Cmd({"SET", "k", "v"}), "+OK\r\n");
+  engine_.CloseGate();
+  std::thread holder([&] { ASSERT_TRUE(mw_->Put("holder", "v").ok()); });
+  ASSERT_TRUE(engine_.WaitInflight(1));
+  ASSERT_TRUE(a.Send(Multibulk({"GET", "k"})));
+  ASSERT_TRUE(WaitUntil([&] { return mw_->QueueLength(RequestClass::kInteractive) == 1; }));
+  EXPECT_EQ(b.Cmd({"GET", "k"}).rfind("-OVERLOADED interactive queue full", 0), 0u);
+  engine_.OpenGate();
+  holder.join();
+  EXPECT_EQ(a.Reply(), "$1\r\nv\r\n");
+  EXPECT_EQ(b.Cmd({"GET", "k"}), "$1\r\nv\r\n");
+}
+
 TEST_F(ServerTest, ConnectionAndIntrospectionCommands) {
   StartAll();
   Client c(port());
