@@ -171,7 +171,8 @@ class EmulatedDevice : public Engine {
 };
 
 // Wraps `base` (not owned: it must outlive the result). Returns nullptr if
-// ValidateDeviceProfile(profile) fails. A passthrough profile gives a wrapper whose
+// ValidateDeviceProfile(profile) fails or the operating system refuses the device's
+// timer thread. A passthrough profile gives a wrapper whose
 // only cost is a branch. Use dynamic_cast<EmulatedDevice*> to read its stats.
 std::unique_ptr<Engine> NewEmulatedDevice(Engine* base, const DeviceProfile& profile,
                                           const EmulatedDeviceOptions& options);

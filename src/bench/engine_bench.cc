@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -48,15 +49,27 @@ double RunPhase(int threads, uint64_t keys, Fn fn, Status* status) {
   std::vector<Status> results(threads);
   std::vector<std::thread> workers;
   std::atomic<int> ready{0};
-  std::atomic<bool> go{false};
+  std::atomic<bool> go{false}, aborted{false};
   std::chrono::steady_clock::time_point start;
-  for (int t = 0; t < threads; ++t) {
-    uint64_t first = keys * t / threads, end = keys * (t + 1) / threads;
-    workers.emplace_back([&, t, first, end] {
-      ready.fetch_add(1);
-      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-      results[t] = fn(t, first, end);
-    });
+  try {
+    for (int t = 0; t < threads; ++t) {
+      uint64_t first = keys * t / threads, end = keys * (t + 1) / threads;
+      workers.emplace_back([&, t, first, end] {
+        ready.fetch_add(1);
+        while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+        if (aborted.load(std::memory_order_acquire)) return;
+        results[t] = fn(t, first, end);
+      });
+    }
+  } catch (const std::system_error& e) {
+    // The operating system refused a worker: release and join the ones waiting.
+    const size_t started = workers.size();
+    aborted.store(true, std::memory_order_release);
+    go.store(true, std::memory_order_release);
+    for (auto& w : workers) w.join();
+    *status = Status::IOError("engine bench: could not start worker " + std::to_string(started + 1) + " of " +
+                              std::to_string(threads) + " (" + e.what() + ")");
+    return 0;
   }
   while (ready.load() < threads) std::this_thread::yield();
   start = std::chrono::steady_clock::now();

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -142,41 +143,53 @@ Status MeasureAsync(Engine* db, const OverheadBenchOptions& o, Execution mode,
       o.async_put_fraction > 0 ? std::max<uint64_t>(1, static_cast<uint64_t>(1.0 / o.async_put_fraction))
                                : 0;
   std::atomic<int> ready{0};
-  std::atomic<bool> go{false};
+  std::atomic<bool> go{false}, aborted{false};
   std::vector<std::thread> submitters;
-  for (int t = 0; t < o.async_submitters; ++t) {
-    submitters.emplace_back([&, t] {
-      Counter* c = &counters[t];
-      ready.fetch_add(1);
-      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-      for (uint64_t i = 0; i < per; ++i) {
-        while (i - c->done.load(std::memory_order_acquire) >= o.async_window) std::this_thread::yield();
-        Request r;
-        const bool put = put_every != 0 && i % put_every == 0;
-        r.op = put ? OpType::kPut : OpType::kGet;
-        r.key = KeyOf((i * 7 + static_cast<uint64_t>(t)) % o.keys);
-        if (put) r.value = put_value;
-        r.cls = RequestClass::kInteractive;
-        for (;;) {
-          Status st = mw.Submit(std::move(r), [c](const Status& done_status, std::string&&) {
-            if (!done_status.ok()) c->failed.fetch_add(1, std::memory_order_relaxed);
-            c->done.fetch_add(1, std::memory_order_release);
-          });
-          if (st.ok()) break;
-          if (!st.IsOverloaded()) {
-            errors[t] = st;
-            return;
-          }
-          std::this_thread::yield();  // queue full: back off, the request was not taken
-          r = Request();
+  try {
+    for (int t = 0; t < o.async_submitters; ++t) {
+      submitters.emplace_back([&, t] {
+        Counter* c = &counters[t];
+        ready.fetch_add(1);
+        while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+        if (aborted.load(std::memory_order_acquire)) return;
+        for (uint64_t i = 0; i < per; ++i) {
+          while (i - c->done.load(std::memory_order_acquire) >= o.async_window) std::this_thread::yield();
+          Request r;
+          const bool put = put_every != 0 && i % put_every == 0;
           r.op = put ? OpType::kPut : OpType::kGet;
           r.key = KeyOf((i * 7 + static_cast<uint64_t>(t)) % o.keys);
           if (put) r.value = put_value;
           r.cls = RequestClass::kInteractive;
+          for (;;) {
+            Status st = mw.Submit(std::move(r), [c](const Status& done_status, std::string&&) {
+              if (!done_status.ok()) c->failed.fetch_add(1, std::memory_order_relaxed);
+              c->done.fetch_add(1, std::memory_order_release);
+            });
+            if (st.ok()) break;
+            if (!st.IsOverloaded()) {
+              errors[t] = st;
+              return;
+            }
+            std::this_thread::yield();  // queue full: back off, the request was not taken
+            r = Request();
+            r.op = put ? OpType::kPut : OpType::kGet;
+            r.key = KeyOf((i * 7 + static_cast<uint64_t>(t)) % o.keys);
+            if (put) r.value = put_value;
+            r.cls = RequestClass::kInteractive;
+          }
         }
-      }
-      while (c->done.load(std::memory_order_acquire) < per) std::this_thread::yield();
-    });
+        while (c->done.load(std::memory_order_acquire) < per) std::this_thread::yield();
+      });
+    }
+  } catch (const std::system_error& e) {
+    // The operating system refused a submitter: release and join the ones waiting.
+    const size_t started = submitters.size();
+    aborted.store(true, std::memory_order_release);
+    go.store(true, std::memory_order_release);
+    for (auto& th : submitters) th.join();
+    mw.Stop();
+    return Status::IOError("overhead bench: could not start submitter " + std::to_string(started + 1) + " of " +
+                           std::to_string(o.async_submitters) + " (" + e.what() + ")");
   }
   while (ready.load() < o.async_submitters) std::this_thread::yield();
   const auto begin = Clock::now();

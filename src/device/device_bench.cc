@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -53,29 +54,39 @@ Status RunDeviceBench(const DeviceProfile& profile, const DeviceBenchOptions& op
   constexpr size_t kMaxSamplesPerThread = 200000;
   std::vector<std::vector<float>> latencies_us(options.threads);
   std::vector<std::thread> threads;
-  for (uint32_t i = 0; i < options.threads; ++i) {
-    threads.emplace_back([&, i] {
-      uint64_t mine = 0;
-      std::vector<float>& lat = latencies_us[i];
-      while (phase.load(std::memory_order_relaxed) != 2) {
-        auto start = std::chrono::steady_clock::now();
-        Status st = options.op == DeviceOp::kWrite
-                        ? engine->Put(keys[i], value)
-                        : engine->Get(keys[i], [](std::string_view) {});
-        if (!st.ok()) {
-          failed = true;
-          break;
-        }
-        if (phase.load(std::memory_order_relaxed) == 1) {
-          ++mine;
-          if (lat.size() < kMaxSamplesPerThread) {
-            lat.push_back(std::chrono::duration<float, std::micro>(
-                              std::chrono::steady_clock::now() - start).count());
+  threads.reserve(options.threads);
+  try {
+    for (uint32_t i = 0; i < options.threads; ++i) {
+      threads.emplace_back([&, i] {
+        uint64_t mine = 0;
+        std::vector<float>& lat = latencies_us[i];
+        while (phase.load(std::memory_order_relaxed) != 2) {
+          auto start = std::chrono::steady_clock::now();
+          Status st = options.op == DeviceOp::kWrite
+                          ? engine->Put(keys[i], value)
+                          : engine->Get(keys[i], [](std::string_view) {});
+          if (!st.ok()) {
+            failed = true;
+            break;
+          }
+          if (phase.load(std::memory_order_relaxed) == 1) {
+            ++mine;
+            if (lat.size() < kMaxSamplesPerThread) {
+              lat.push_back(std::chrono::duration<float, std::micro>(
+                                std::chrono::steady_clock::now() - start).count());
+            }
           }
         }
-      }
-      measured_ops += mine;
-    });
+        measured_ops += mine;
+      });
+    }
+  } catch (const std::system_error& e) {
+    // The operating system refused a thread: stop and join the ones running.
+    phase = 2;
+    const size_t started = threads.size();
+    for (auto& t : threads) t.join();
+    return Status::IOError("device bench: could not start thread " + std::to_string(started + 1) + " of " +
+                           std::to_string(options.threads) + " (" + e.what() + ")");
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(options.warmup_ms));
   EmulatedDeviceStats before = device->GetStats();

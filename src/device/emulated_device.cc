@@ -26,6 +26,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <system_error>
 #include <thread>
 
 #include "nvmw/device.h"
@@ -370,7 +371,11 @@ class EmulatedDeviceImpl final : public EmulatedDevice {
 std::unique_ptr<Engine> NewEmulatedDevice(Engine* base, const DeviceProfile& profile,
                                           const EmulatedDeviceOptions& options) {
   if (base == nullptr || !ValidateDeviceProfile(profile).ok()) return nullptr;
-  return std::make_unique<EmulatedDeviceImpl>(base, profile, options);
+  try {
+    return std::make_unique<EmulatedDeviceImpl>(base, profile, options);
+  } catch (const std::system_error&) {
+    return nullptr;  // the operating system refused the timer thread
+  }
 }
 
 }  // namespace nvmw

@@ -166,6 +166,7 @@ void BindDevice(nb::module_& m) {
         o.max_spinning_threads = max_spinning_threads;
         auto h = std::make_shared<PyEngine>();
         h->engine = NewEmulatedDevice(base->engine.get(), profile, o);
+        if (!h->engine) ThrowIfError(Status::IOError("cannot start the emulated device's timer thread"));
         h->base = std::move(base);  // the wrapped engine lives as long as the wrapper
         return h;
       },

@@ -1,6 +1,6 @@
 // When the operating system refuses a thread (std::thread throws std::system_error),
-// the middleware (Start, a pool grow), the YCSB generator (Load, Start) and the replay
-// return an error Status after stopping and joining the threads they had started;
+// the middleware (Start, a pool grow), the YCSB generator (Load, Start), the replay and
+// the emulated device (its timer thread, the device benchmark) return an error Status after stopping and joining the threads they had started;
 // nothing calls std::terminate and nothing hangs.
 //
 // Each case runs in a forked child whose address space is capped a little above what
@@ -23,6 +23,8 @@
 #include <system_error>
 #include <thread>
 
+#include "device/device_test_util.h"
+#include "nvmw/device.h"
 #include "nvmw/engine.h"
 #include "nvmw/middleware.h"
 #include "nvmw/replay.h"
@@ -236,6 +238,36 @@ TEST_F(ThreadStartTest, ReplayStartIsAnError) {
               CHILD_CHECK(s.ToString().find("client thread 2 of 4") != std::string::npos);
               CHILD_CHECK(!replay.running());
               CHILD_CHECK(mw->Stop().ok());
+              return 0;
+            }),
+            0);
+}
+
+TEST_F(ThreadStartTest, EmulatedDeviceAndItsBenchmarkAreErrors) {
+  DeviceProfile profile;
+  ASSERT_TRUE(LoadDeviceProfile(testing::DevicesDir(), "optane-1dimm", &profile).ok());
+  EXPECT_EQ(InChild([&profile] {
+              auto base = NewMemoryEngine();
+              CHILD_CHECK(LimitThreads(0));
+              // No timer thread: no device (nullptr, as for a bad profile), not a terminate.
+              CHILD_CHECK(NewEmulatedDevice(base.get(), profile, EmulatedDeviceOptions()) == nullptr);
+              DeviceBenchOptions o;
+              o.threads = 2;
+              DeviceBenchResult r;
+              CHILD_CHECK(!RunDeviceBench(profile, o, &r).ok());
+              return 0;
+            }),
+            0);
+  EXPECT_EQ(InChild([&profile] {
+              CHILD_CHECK(LimitThreads(2));  // the timer and one client: the second client fails
+              DeviceBenchOptions o;
+              o.threads = 2;
+              o.warmup_ms = 1;
+              o.duration_ms = 1;
+              DeviceBenchResult r;
+              Status s = RunDeviceBench(profile, o, &r);
+              CHILD_CHECK(s.IsIOError());
+              CHILD_CHECK(s.ToString().find("thread 2 of 2") != std::string::npos);
               return 0;
             }),
             0);
