@@ -17,6 +17,7 @@
 #ifndef NVMW_TRACE_H_
 #define NVMW_TRACE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -76,6 +77,9 @@ struct TraceReadOptions {
   // A row over it is malformed ("<source>:<line>: ... exceeds the size cap"), so an
   // absurd size is reported with its line number instead of being allocated later.
   uint64_t max_bytes = 0;
+  // ReadTrace polls this (if set) every 4096 lines and, once it reads true, stops with
+  // Shutdown: a long read can be cancelled from another thread.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // Reads a whole trace file. IOError if it cannot be opened; InvalidArgument for

@@ -5,6 +5,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -324,12 +325,10 @@ void BindTrace(nb::module_& m) {
         if (!end_unix_ms.is_none()) o.end_unix_ms = nb::cast<int64_t>(end_unix_ms);
         o.max_rows = max_rows;
         o.max_bytes = max_bytes;
+        std::atomic<bool> cancel{false};
+        o.cancel = &cancel;  // Ctrl-C stops a long read
         Trace t;
-        Status s;
-        {
-          nb::gil_scoped_release release;
-          s = ReadTrace(path, o, &t);
-        }
+        Status s = RunInterruptibly([&] { return ReadTrace(path, o, &t); }, [&] { cancel.store(true); });
         ThrowIfError(s);
         return t;
       },

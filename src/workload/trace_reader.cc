@@ -358,7 +358,11 @@ Status ReadTrace(const std::string& path, const TraceReadOptions& options, Trace
   if (opts.source_name.empty()) opts.source_name = path;
   Parser parser(opts);
   std::string line;
+  uint64_t lines = 0;
   while (std::getline(in, line)) {
+    if ((++lines & 4095) == 0 && opts.cancel != nullptr && opts.cancel->load(std::memory_order_relaxed)) {
+      return Status::Shutdown(path + ": read stopped at line " + std::to_string(lines));
+    }
     Status s = parser.Line(line);
     if (!s.ok()) return s;
   }

@@ -213,3 +213,32 @@ def test_wait_for_window_is_interruptible():
         assert mw.core.running
         with pytest.raises(OSError, match="timeout"):  # a real timeout is still a timeout
             mw.wait_for_window(0, timeout_s=0.2)
+
+
+def test_reading_a_trace_is_interruptible(tmp_path):
+    # An endless trace (a FIFO fed until the read stops or HANG_S passes): only a
+    # cancelled read ends before the writer gives up.
+    fifo = tmp_path / "endless.csv"
+    os.mkfifo(fifo)
+
+    def feed() -> None:
+        deadline = time.monotonic() + HANG_S
+        try:
+            with open(fifo, "w") as f:
+                f.write("time_ms,op,key,bytes\n")
+                i = 0
+                while time.monotonic() < deadline:
+                    f.write("".join(f"{i + k},W,k{(i + k) % 1000},100\n" for k in range(1000)))
+                    i += 1000
+        except BrokenPipeError:
+            pass  # the reader stopped
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    timer = _interrupt_main_after(0.5)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            traces.read_trace(fifo, "native")
+    finally:
+        timer.join()
+        writer.join()
