@@ -40,6 +40,23 @@ def _cls(cls: Optional[str]) -> int:
             f"unknown request class {cls!r}: use 'interactive', 'batch' or 'auto'") from None
 
 
+# The integer types of the core's options: an argument outside its type is refused here,
+# naming the option (the binding's own message would be a TypeError listing signatures).
+_INT32 = (-(1 << 31), (1 << 31) - 1, "[-2^31, 2^31-1]")
+_INT64 = (-(1 << 63), (1 << 63) - 1, "[-2^63, 2^63-1]")
+_UINT64 = (0, (1 << 64) - 1, "[0, 2^64-1]")
+
+
+def _c_int(name: str, value: Any, kind: tuple = _INT32) -> int:
+    """`value` as an integer of the core's type `kind`, or InvalidArgumentError naming it.
+    The core then checks the option's own range (e.g. max_threads in [1, 1024])."""
+    v = int(value)
+    lo, hi, text = kind
+    if not lo <= v <= hi:
+        raise InvalidArgumentError(f"{name} must be an integer in {text}, got {v}")
+    return v
+
+
 def open_engine(engine: Union[str, "_core.Engine"] = "pmem", path: Optional[str] = None, *,
                 pool_size: int = 1 << 30, create_if_missing: bool = True,
                 device: Optional[str] = None, verify_checksums: bool = False,
@@ -63,6 +80,7 @@ def open_engine(engine: Union[str, "_core.Engine"] = "pmem", path: Optional[str]
             raise InvalidArgumentError("engine='pmem' needs a pool file path")
         if not 0 <= int(file_mode) <= 0o7777:
             raise InvalidArgumentError(f"file_mode must be permission bits (0 to 0o7777), got {file_mode!r}")
+        pool_size = _c_int("pool_size", pool_size, _UINT64)
         core = _core.open_pmem_engine(os.fspath(path), pool_size_bytes=pool_size,
                                       create_if_missing=create_if_missing,
                                       verify_checksums=bool(verify_checksums),
@@ -78,16 +96,6 @@ def open_engine(engine: Union[str, "_core.Engine"] = "pmem", path: Optional[str]
 
 #: The pool size bound of a middleware unless told otherwise (thesis: 32).
 DEFAULT_MAX_THREADS = 32
-
-_C_INT_MAX = (1 << 31) - 1
-
-
-def _c_int(name: str, value: Any) -> int:
-    """`value` as an int the core takes (C int), or InvalidArgumentError naming it."""
-    v = int(value)
-    if not -_C_INT_MAX - 1 <= v <= _C_INT_MAX:
-        raise InvalidArgumentError(f"{name} must be in [1, {_C_INT_MAX}], got {v}")
-    return v
 
 
 class Middleware:
@@ -130,6 +138,12 @@ class Middleware:
         if window_s <= 0:
             raise InvalidArgumentError(f"window_s must be > 0, got {window_s}")
         max_threads = _c_int("max_threads", max_threads)
+        no_control_max_inflight = _c_int("no_control_max_inflight", no_control_max_inflight)
+        batch_threshold_bytes = _c_int("batch_threshold_bytes", batch_threshold_bytes, _UINT64)
+        queue_capacity = _c_int("queue_capacity", queue_capacity, _UINT64)
+        max_value_bytes = _c_int("max_value_bytes", max_value_bytes, _UINT64)
+        spin_ns = _c_int("spin_ns", spin_ns, _INT64)
+        batch_nice = _c_int("batch_nice", batch_nice)
         # Clamped as the core clamps them (any integer is accepted, also beyond C's int).
         top = max(1, max_threads)
         interactive_threads = min(max(int(interactive_threads), 1), top)

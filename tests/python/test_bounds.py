@@ -124,8 +124,10 @@ def test_clamped_thread_counts_are_reported_as_used():
                          max_threads=8) as mw:
         assert mw.threads == (8, 1)
         assert mw.set_threads(8, 8) == (8, 8)
-    with pytest.raises(InvalidArgumentError, match=r"max_threads must be in \[1, "):
+    with pytest.raises(InvalidArgumentError, match=r"max_threads must be an integer in \[-2\^31, 2\^31-1\], got "):
         nvmw.Middleware(engine="memory", max_threads=2 ** 40)
+    with pytest.raises(InvalidArgumentError, match=r"max_threads must be in \[1, 1024\]"):  # the core's own range
+        nvmw.Middleware(engine="memory", max_threads=5000)
 
 
 def test_cli_reports_the_clamped_pool_sizes():
@@ -228,3 +230,23 @@ def test_open_engine_paranoid_checks_and_file_mode(shm_dir):
     del eng
     with pytest.raises(InvalidArgumentError, match="file_mode"):
         nvmw.open_engine("pmem", os.path.join(shm_dir, "q.pool"), file_mode=0o17777)
+
+
+@pytest.mark.parametrize("option, value", [
+    ("queue_capacity", 2 ** 70), ("batch_threshold_bytes", -1), ("spin_ns", 2 ** 64),
+    ("max_value_bytes", -5), ("no_control_max_inflight", 2 ** 40), ("batch_nice", 2 ** 33),
+])
+def test_integers_outside_the_cores_types_are_named(option, value):
+    import nvmw
+    from nvmw.errors import InvalidArgumentError
+    with pytest.raises(InvalidArgumentError, match=rf"^{option} must be an integer in \[.*\], got {value}$"):
+        nvmw.Middleware(engine="memory", **{option: value})
+
+
+def test_pool_size_outside_its_type_is_named(shm_dir):
+    import nvmw
+    from nvmw.errors import InvalidArgumentError
+    for value in (-1, 2 ** 65):
+        with pytest.raises(InvalidArgumentError, match=rf"^pool_size must be an integer in \[0, 2\^64-1\], got {value}$"):
+            nvmw.open_engine("pmem", os.path.join(shm_dir, "p.pool"), pool_size=value)
+    assert not os.path.exists(os.path.join(shm_dir, "p.pool"))
