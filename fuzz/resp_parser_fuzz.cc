@@ -1,10 +1,12 @@
 // libFuzzer target for the Redis-protocol request parser (src/server/resp.h): arbitrary
-// bytes, fed whole and again in pieces whose sizes the first byte picks, must give the
-// same commands and the same error either way; every command respects the caps; a
+// bytes, fed whole and again in pieces whose sizes the first byte picks (and, for odd
+// patterns, partly written straight into BulkSink()), must give the same commands and
+// the same error either way; every command respects the caps; a
 // command re-encoded as multibulk parses back to itself.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,17 @@ Outcome Run(const uint8_t* data, size_t size, unsigned step, unsigned pattern) {
     const size_t piece = step == 0 ? size - pos : std::min<size_t>(size - pos, 1 + (pattern + k) % step);
     const char* chunk = reinterpret_cast<const char*>(data + pos);
     size_t off = 0;
+    // Odd patterns write what fits straight into the argument, as the server's reads do.
+    size_t room = 0;
+    if ((pattern & 1) != 0) {
+      if (char* sink = p.BulkSink(1, &room)) {
+        if (room == 0) std::abort();
+        const size_t n = std::min(room, piece);
+        std::memcpy(sink, chunk, n);
+        p.BulkFilled(n);
+        off = n;
+      }
+    }
     for (;;) {
       size_t used = 0;
       const Parser::Result r = p.Parse(chunk + off, piece - off, &used);

@@ -12,9 +12,9 @@ namespace {
 
 // A "*<n>" or "$<len>" line is a sign and at most 19 digits; anything longer is wrong.
 constexpr size_t kMaxNumberLine = 32;
-// Memory reserved up front for one argument: the declared length, at most this much
-// (a client declaring 512 MB and sending nothing holds no 512 MB; larger arguments grow
-// as their bytes arrive).
+// Memory taken up front for one argument: the declared length, at most this much (a
+// client declaring 512 MB and sending nothing holds no 512 MB; larger arguments grow,
+// doubling, as their bytes arrive, and never beyond the declared length).
 constexpr uint64_t kMaxReserve = 1 << 20;
 constexpr size_t kMaxReserveArgs = 1024;
 
@@ -161,7 +161,11 @@ Parser::Result Parser::Parse(const char* data, size_t n, size_t* consumed) {
         buffered_ -= std::min(buffered_, line_.size());
         line_.clear();
         args_.emplace_back();
-        args_.back().reserve(static_cast<size_t>(std::min<uint64_t>(len, kMaxReserve)));
+        // The argument's string is sized ahead of the bytes (zero-filled once) and filled
+        // in place, by Parse or by a read straight into BulkSink().
+        args_.back().resize(static_cast<size_t>(std::min<uint64_t>(len, kMaxReserve)));
+        bulk_len_ = static_cast<uint64_t>(len);
+        bulk_filled_ = 0;
         bulk_left_ = static_cast<uint64_t>(len);
         state_ = bulk_left_ > 0 ? State::kBulkData : State::kBulkCr;
         break;
@@ -173,11 +177,10 @@ Parser::Result Parser::Parse(const char* data, size_t n, size_t* consumed) {
           return Result::kNeedMore;
         }
         const size_t take = static_cast<size_t>(std::min<uint64_t>(bulk_left_, n - i));
-        args_.back().append(data + i, take);
+        GrowBulk(take);
+        std::memcpy(args_.back().data() + bulk_filled_, data + i, take);
         i += take;
-        bulk_left_ -= take;
-        buffered_ += take;
-        if (bulk_left_ == 0) state_ = State::kBulkCr;
+        BulkFilled(take);
         break;
       }
 
@@ -229,6 +232,29 @@ Parser::Result Parser::Parse(const char* data, size_t n, size_t* consumed) {
       }
     }
   }
+}
+
+void Parser::GrowBulk(size_t want) {
+  std::string& arg = args_.back();
+  if (bulk_filled_ + want <= arg.size()) return;
+  const uint64_t grown = std::max<uint64_t>(bulk_filled_ + want, 2 * static_cast<uint64_t>(arg.size()));
+  arg.resize(static_cast<size_t>(std::min<uint64_t>(grown, bulk_len_)));
+}
+
+char* Parser::BulkSink(size_t min_bytes, size_t* room) {
+  *room = 0;
+  if (state_ != State::kBulkData || bulk_left_ < min_bytes) return nullptr;
+  GrowBulk(static_cast<size_t>(std::min<uint64_t>(bulk_left_, kMaxReserve)));
+  std::string& arg = args_.back();
+  *room = arg.size() - static_cast<size_t>(bulk_filled_);
+  return arg.data() + bulk_filled_;
+}
+
+void Parser::BulkFilled(size_t n) {
+  bulk_filled_ += n;
+  bulk_left_ -= n;
+  buffered_ += n;
+  if (bulk_left_ == 0) state_ = State::kBulkCr;
 }
 
 bool Parser::SplitInline(std::string_view line) {

@@ -51,6 +51,14 @@ class Parser {
   // Bytes held for the command being parsed (arguments so far and a partial line).
   size_t buffered_bytes() const { return buffered_; }
 
+  // Zero-copy receive of a large argument: while the parser is inside an argument with at
+  // least `min_bytes` still to come, returns where its next bytes go (in the argument's
+  // own buffer) and in *room how many may be written there (at most the bytes still to
+  // come); otherwise nullptr. After writing n <= *room bytes there (e.g. read() from the
+  // socket), call BulkFilled(n); Parse then goes on after them.
+  char* BulkSink(size_t min_bytes, size_t* room);
+  void BulkFilled(size_t n);
+
  private:
   enum class State { kStart, kArrayLen, kBulkLen, kBulkData, kBulkCr, kBulkLf, kInline, kError };
 
@@ -60,13 +68,18 @@ class Parser {
   bool ReadLine(const char* data, size_t n, size_t* i, size_t cap);
   // Splits an inline line into args_ (Redis's sdssplitargs rules); false on unbalanced quotes.
   bool SplitInline(std::string_view line);
+  // Sizes the current argument's string to hold `want` more bytes (doubling, capped at
+  // the declared length).
+  void GrowBulk(size_t want);
 
   ParserLimits limits_;
   State state_ = State::kStart;
   std::vector<std::string> args_;
   std::string line_;        // partial "*<n>" / "$<len>" / inline line
   int64_t remaining_args_ = 0;
-  uint64_t bulk_left_ = 0;  // bytes of the current argument still to come
+  uint64_t bulk_len_ = 0;     // declared length of the current argument
+  uint64_t bulk_filled_ = 0;  // its bytes received so far
+  uint64_t bulk_left_ = 0;    // bytes of the current argument still to come
   size_t buffered_ = 0;
   std::string error_;
 };

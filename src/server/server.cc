@@ -369,6 +369,24 @@ size_t Server::Impl::ParseFrom(IoThread* io, Conn* c, const char* data, size_t n
 
 void Server::Impl::OnReadable(IoThread* io, Conn* c) {
   for (int k = 0; k < kReadsPerEvent && MayRead(c); ++k) {
+    // Inside a large argument (a big SET value): read straight into the argument's own
+    // buffer, not through the read buffer and a copy.
+    size_t room = 0;
+    if (char* sink = c->parser.BulkSink(kReadChunk, &room)) {
+      const ssize_t r = ::read(c->fd, sink, room);
+      if (r == 0) {
+        Close(io, c);
+        return;
+      }
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) Close(io, c);
+        break;
+      }
+      c->parser.BulkFilled(static_cast<size_t>(r));
+      if (static_cast<size_t>(r) < room) break;
+      continue;
+    }
     const ssize_t r = ::read(c->fd, t_read_buf, kReadChunk);
     if (r == 0) {
       Close(io, c);  // as Redis: a client that closed gets no more replies

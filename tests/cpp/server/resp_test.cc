@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,41 @@ TEST(RespParserTest, SplitAtEveryByteBoundary) {
     }
     EXPECT_EQ(got, expected) << "cut " << cut;
   }
+}
+
+// A large argument received partly through Parse and partly written straight into
+// BulkSink() (as the server reads big values) comes out byte for byte.
+TEST(RespParserTest, BulkSinkReceivesALargeArgumentInPlace) {
+  std::string value(300000, '\0');
+  for (size_t i = 0; i < value.size(); ++i) value[i] = static_cast<char>(i * 7 + 3);
+  const std::string input = Multibulk({"SET", "k", value}) + Multibulk({"PING"});
+  Parser p;
+  size_t pos = 0, used = 0;
+  // The header and the first 1000 value bytes through Parse.
+  const size_t first = input.find(value.substr(0, 16)) + 1000;
+  ASSERT_EQ(p.Parse(input.data(), first, &used), Parser::Result::kNeedMore);
+  pos = first;
+  size_t room = 0;
+  EXPECT_EQ(p.BulkSink(1 << 20, &room), nullptr);  // less than that still to come
+  int sinks = 0;
+  while (char* sink = p.BulkSink(4096, &room)) {
+    ASSERT_GT(room, 0u);
+    const size_t n = std::min<size_t>(room, 70000);  // partial "reads"
+    std::memcpy(sink, input.data() + pos, n);
+    p.BulkFilled(n);
+    pos += n;
+    ++sinks;
+  }
+  EXPECT_GT(sinks, 1);
+  std::vector<Args> got;
+  for (;;) {
+    const Parser::Result r = p.Parse(input.data() + pos, input.size() - pos, &used);
+    pos += used;
+    ASSERT_NE(r, Parser::Result::kError) << p.error();
+    if (r == Parser::Result::kNeedMore) break;
+    got.push_back(p.args());
+  }
+  EXPECT_EQ(got, (std::vector<Args>{{"SET", "k", value}, {"PING"}}));
 }
 
 TEST(RespParserTest, InlineCommandsWithRedisQuoting) {
