@@ -86,7 +86,7 @@ double RunPhase(int threads, uint64_t keys, Fn fn, Status* status) {
 }
 
 Status PutGet(Engine* engine, int threads, const char* prefix, uint64_t keys, uint64_t bytes,
-              double* put_s, double* get_s) {
+              const std::atomic<bool>* cancel, double* put_s, double* get_s) {
   Status s;
   *put_s = RunPhase(threads, keys, [&](int, uint64_t first, uint64_t end) {
     std::string value(bytes, 'v');
@@ -98,6 +98,7 @@ Status PutGet(Engine* engine, int threads, const char* prefix, uint64_t keys, ui
     return Status::OK();
   }, &s);
   if (!s.ok()) return s;
+  if (cancel != nullptr && cancel->load()) return Status::Shutdown("engine bench: stopped");
   *get_s = RunPhase(threads, keys, [&](int, uint64_t first, uint64_t end) {
     // One reused buffer per thread, as a real reader would keep: a fresh
     // 800 KB allocation per get would measure page faults, not the engine.
@@ -164,10 +165,13 @@ Status RunEngineBench(const EngineBenchOptions& options, std::map<std::string, d
 
   double put_small, get_small, put_large, get_large;
   Status s = PutGet(engine.get(), options.threads, "s", options.small_keys,
-                    options.small_bytes, &put_small, &get_small);
+                    options.small_bytes, options.cancel, &put_small, &get_small);
+  if (s.ok() && options.cancel != nullptr && options.cancel->load()) {
+    s = Status::Shutdown("engine bench: stopped");
+  }
   if (s.ok()) {
     s = PutGet(engine.get(), options.threads, "L", options.large_keys, options.large_bytes,
-               &put_large, &get_large);
+               options.cancel, &put_large, &get_large);
   }
   engine.reset();
   if (!pool_path.empty()) unlink(pool_path.c_str());

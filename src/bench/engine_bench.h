@@ -3,6 +3,7 @@
 #ifndef NVMW_BENCH_ENGINE_BENCH_H_
 #define NVMW_BENCH_ENGINE_BENCH_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -31,6 +32,9 @@ struct EngineBenchOptions {
   // put figures measure the engine rather than tmpfs allocating pages on first
   // touch (which real pmem does not do). Reported as `prefault` in the output.
   bool prefault = true;
+  // Polled between phases (never inside a timed one): once it reads true the run stops
+  // with Shutdown (the pool is removed). Lets a caller cancel it (Ctrl-C in Python).
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // Runs the benchmark and fills *out with put_128_ops_per_s, get_128_ops_per_s,

@@ -253,8 +253,11 @@ Status RunOverheadBench(const OverheadBenchOptions& o, std::map<std::string, dou
   }
 
   // Every series in this run, on the same engine and keys.
+  const auto stopped = [&o] { return o.cancel != nullptr && o.cancel->load(std::memory_order_relaxed); };
+  const Status kStopped = Status::Shutdown("overhead bench: stopped");
   Histogram condvar;
   MeasureCondvar(o.condvar_rounds, &condvar);
+  if (stopped()) return kStopped;
 
   Histogram direct_lat;
   double direct_elapsed = 0;
@@ -262,6 +265,7 @@ Status RunOverheadBench(const OverheadBenchOptions& o, std::map<std::string, dou
   Status s = TimeSeries(o.warmup_ops, o.ops, &direct_lat, &direct_elapsed,
                         [&](uint64_t i) { return db->Get(keys[i % keys.size()], &got); });
   if (!s.ok()) return s;
+  if (stopped()) return kStopped;
   if (got.size() != o.value_bytes) return Status::Corruption("engine Get returned a wrong value");
 
   // The direct call measured the way the middleware measures every request.
@@ -276,18 +280,21 @@ Status RunOverheadBench(const OverheadBenchOptions& o, std::map<std::string, dou
     return st;
   });
   if (!s.ok()) return s;
+  if (stopped()) return kStopped;
 
   Histogram permits_lat;
   double permits_elapsed = 0;
   s = MeasureMiddlewareSync(db.get(), o, keys, Execution::kCallerRuns, o.spin_ns, o.ops,
                             &permits_lat, &permits_elapsed);
   if (!s.ok()) return s;
+  if (stopped()) return kStopped;
 
   Histogram handoff_lat;
   double handoff_elapsed = 0;
   s = MeasureMiddlewareSync(db.get(), o, keys, Execution::kHandOff, o.spin_ns, o.ops,
                             &handoff_lat, &handoff_elapsed);
   if (!s.ok()) return s;
+  if (stopped()) return kStopped;
 
   Histogram nospin_lat;
   if (o.nospin_ops > 0) {
@@ -296,12 +303,15 @@ Status RunOverheadBench(const OverheadBenchOptions& o, std::map<std::string, dou
                               &nospin_lat, &ignored);
     if (!s.ok()) return s;
   }
+  if (stopped()) return kStopped;
 
   double async_ops_per_s = 0, async_handoff_ops_per_s = 0;
   s = MeasureAsync(db.get(), o, Execution::kCallerRuns, &async_ops_per_s);
   if (!s.ok()) return s;
+  if (stopped()) return kStopped;
   s = MeasureAsync(db.get(), o, Execution::kHandOff, &async_handoff_ops_per_s);
   if (!s.ok()) return s;
+  if (stopped()) return kStopped;
 
   // The engine the middleware is meant for: a pmem pool (tmpfs by default).
   Histogram pmem_direct_lat, pmem_permits_lat;

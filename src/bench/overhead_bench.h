@@ -5,6 +5,7 @@
 #ifndef NVMW_BENCH_OVERHEAD_BENCH_H_
 #define NVMW_BENCH_OVERHEAD_BENCH_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -41,6 +42,9 @@ struct OverheadBenchOptions {
   // Directory for a temporary pmem pool on which the direct and permit-path series are
   // repeated (the engine the middleware is meant for). Empty skips them.
   std::string pmem_pool_dir = "/dev/shm";
+  // Polled between series (never inside a timed one): once it reads true the run stops
+  // with Shutdown. Lets a caller cancel the ~10 s run (Ctrl-C in Python).
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // Runs every series on a fresh MemoryEngine, one client thread, sync Get of an existing

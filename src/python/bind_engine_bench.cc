@@ -3,11 +3,13 @@
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/string.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
 #include "bench/engine_bench.h"
 #include "python/bind.h"
+#include "python/interrupt.h"
 
 namespace nvmw::py {
 
@@ -28,11 +30,9 @@ void BindEngineBench(nb::module_& m) {
         o.large_bytes = large_bytes;
         o.prefault = prefault;
         std::map<std::string, double> out;
-        Status s;
-        {
-          nb::gil_scoped_release release;
-          s = RunEngineBench(o, &out);
-        }
+        std::atomic<bool> cancel{false};
+        o.cancel = &cancel;  // Ctrl-C stops it between phases
+        Status s = RunInterruptibly([&] { return RunEngineBench(o, &out); }, [&] { cancel.store(true); });
         ThrowIfError(s);
         // libpmem reads PMEM_IS_PMEM_FORCE once, when it is loaded; report it so
         // a figure taken without it (msync on every persist) is recognisable.

@@ -5,6 +5,7 @@
 
 #include "bench/overhead_bench.h"
 #include "python/bind.h"
+#include "python/interrupt.h"
 
 namespace nvmw::py {
 
@@ -31,11 +32,9 @@ void BindOverheadBench(nb::module_& m) {
         o.spin_ns = spin_ns;
         o.pmem_pool_dir = pmem_pool_dir;
         std::map<std::string, double> out;
-        Status s;
-        {
-          nb::gil_scoped_release release;
-          s = RunOverheadBench(o, &out);
-        }
+        std::atomic<bool> cancel{false};
+        o.cancel = &cancel;  // Ctrl-C stops it between series
+        Status s = RunInterruptibly([&] { return RunOverheadBench(o, &out); }, [&] { cancel.store(true); });
         ThrowIfError(s);
         return out;
       },
