@@ -242,3 +242,18 @@ def test_reading_a_trace_is_interruptible(tmp_path):
     finally:
         timer.join()
         writer.join()
+
+
+def test_ctrl_c_in_collect_saves_the_transitions_so_far(tmp_path):
+    from nvmw.rl.pretrain import load_transitions
+    out = tmp_path / "t.npz"
+    cli = _Cli("collect", "--env", "real", "--device", "none", "--window", "0.1", "--steps", "50",
+               "--episodes", "1000", "--phases", "1", "--out", str(out))
+    cli.wait_for(r"collect: +0%.*\| *[1-9]\d*/1000")  # an episode is done
+    rc, _out, err = cli.interrupt()
+    assert rc == 130, err[-2000:]
+    assert f"transitions collected to {out}" in err
+    data = load_transitions(out)
+    n = len(data["actions"])
+    assert n >= 50 and all(len(data[k]) == n for k in ("states", "rewards", "next_states", "phases"))
+    assert "interrupted" in json.loads(data["meta"])

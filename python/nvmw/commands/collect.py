@@ -8,6 +8,7 @@ import time
 
 from nvmw.commands._args import check_output_file, positive_int
 from nvmw.commands._args import add_env_args, env_from_args
+from nvmw.errors import Interrupted
 from nvmw.lab.runs import run_header
 from nvmw.rl.pretrain import collect_transitions, save_transitions
 from nvmw.workloads.phases import DEFAULT_PHASES
@@ -33,6 +34,16 @@ def run(args) -> int:
                                    progress=True)
         header = run_header(args.env, env, episodes_per_phase=args.episodes, steps=args.steps,
                             phases=args.phases, seed=args.seed)
+    except Interrupted as e:
+        # Ctrl-C: keep the transitions collected so far (each stands alone for pretraining).
+        n = int(len(e.partial["actions"]))
+        if n == 0:
+            raise Interrupted("no transition collected; nothing written") from None
+        header = run_header(args.env, env, episodes_per_phase=args.episodes, steps=args.steps,
+                            phases=args.phases, seed=args.seed, interrupted=e.note,
+                            wall_s=round(time.monotonic() - t0, 1))
+        save_transitions(args.out, e.partial, meta=header)
+        raise Interrupted(f"saved the {n} transitions collected to {args.out}") from None
     finally:
         env.close()
     header["wall_s"] = round(time.monotonic() - t0, 1)

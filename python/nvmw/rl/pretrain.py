@@ -17,6 +17,7 @@ from sklearn.model_selection import GridSearchCV, KFold, train_test_split
 from tqdm.auto import tqdm
 
 from nvmw.control.loop import drive
+from nvmw.errors import Interrupted
 from nvmw.rl.agent import N_ACTIONS, N_FEATURES, make_pipeline, transform_features
 from nvmw.workloads.phases import DEFAULT_PHASES
 
@@ -55,23 +56,36 @@ def collect_transitions(env, *, episodes_per_phase: int = 150, phases: Sequence[
         bar = tqdm(total=episodes_per_phase * len(phases), desc="collect", unit="ep")
     ep_seed = int(rng.integers(0, 2**31 - 1))
     random_agent = _RandomActions(rng)
-    for ph in phases:
+    try:
+        for ph in phases:
 
-        def record(obs, a, r, nobs, term, trunc, info, ph=ph):
-            for k, v in (("states", obs), ("actions", a), ("rewards", r), ("next_states", nobs),
-                         ("terminated", term), ("truncated", trunc), ("phases", ph),
-                         ("p99_us", info["p99_us"]), ("throughput", info["throughput"])):
-                cols[k].append(v)
+            def record(obs, a, r, nobs, term, trunc, info, ph=ph):
+                row = (("states", obs), ("actions", a), ("rewards", r), ("next_states", nobs),
+                       ("terminated", term), ("truncated", trunc), ("phases", ph),
+                       ("p99_us", info["p99_us"]), ("throughput", info["throughput"]))
+                for k, v in row:  # a whole transition or none (Ctrl-C lands between calls)
+                    cols[k].append(v)
 
-        for _ep in range(episodes_per_phase):
-            obs, info = env.reset(seed=ep_seed, options={"phase": int(ph)})
-            ep_seed += 1
-            # The episode ends when the env truncates it (max_episode_steps).
-            drive(env, random_agent, 1 << 62, obs, info, on_step=record)
-            if bar is not None:
-                bar.update(1)
+            for _ep in range(episodes_per_phase):
+                obs, info = env.reset(seed=ep_seed, options={"phase": int(ph)})
+                ep_seed += 1
+                # The episode ends when the env truncates it (max_episode_steps).
+                drive(env, random_agent, 1 << 62, obs, info, on_step=record)
+                if bar is not None:
+                    bar.update(1)
+    except KeyboardInterrupt:
+        # Ctrl-C: every whole transition so far (each stands alone for fitted Q-iteration).
+        if bar is not None:
+            bar.close()
+        n = min(len(v) for v in cols.values())
+        data = _arrays({k: v[:n] for k, v in cols.items()})
+        raise Interrupted(f"{n} transitions collected", partial=data) from None
     if bar is not None:
         bar.close()
+    return _arrays(cols)
+
+
+def _arrays(cols: dict[str, list]) -> dict[str, np.ndarray]:
     return {
         "states": np.asarray(cols["states"], np.float64).reshape(-1, N_FEATURES),
         "actions": np.asarray(cols["actions"], np.int64),
