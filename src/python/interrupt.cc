@@ -73,7 +73,7 @@ bool PollFor(const std::function<bool()>& done, int ms) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
   while (!done()) {
     if (std::chrono::steady_clock::now() >= until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // 200 wake-ups a second at most
   }
   return true;
 }

@@ -33,7 +33,7 @@ void WaitInterruptibly(const std::function<bool()>& wait_slice, const std::funct
 Status RunInterruptibly(const std::function<Status()>& fn, const std::function<void()>& stop);
 
 // Sleeps for up to `ms` milliseconds while done() is false, checking it every
-// millisecond or so; returns done(). For wait_slice functions that poll a flag.
+// 5 ms; returns done(). For wait_slice functions that poll a flag.
 bool PollFor(const std::function<bool()>& done, int ms = 20);
 
 }  // namespace nvmw::py
