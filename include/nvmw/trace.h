@@ -129,6 +129,8 @@ struct AzureSynthOptions {
   // Clip sampled blob sizes to this maximum (the real max is 1.9 GB; replaying a
   // 1.9 GB blob is rarely wanted). 0 = no clip.
   uint64_t max_blob_bytes = 64ull << 20;
+  // Polled every 4096 rows (if set): once it reads true synthesis stops with Shutdown.
+  const std::atomic<bool>* cancel = nullptr;
 };
 Status SynthesizeAzure(const AzureSynthOptions& options, Trace* trace);
 
@@ -152,6 +154,8 @@ struct SvdSynthOptions {
   // stages are separated by the slowest task, as in a task graph.
   double task_ms = 50;
   double gap_between_jobs_ms = 200;
+  // Polled once per job (if set): once it reads true synthesis stops with Shutdown.
+  const std::atomic<bool>* cancel = nullptr;
 };
 Status SynthesizeSvd(const SvdSynthOptions& options, Trace* trace);
 

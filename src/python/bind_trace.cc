@@ -365,12 +365,10 @@ void BindTrace(nb::module_& m) {
       "synth_azure",
       [](const nb::dict& d) {
         AzureSynthOptions o = AzureFromDict(d);
+        std::atomic<bool> cancel{false};
+        o.cancel = &cancel;  // Ctrl-C stops a long synthesis
         Trace t;
-        Status s;
-        {
-          nb::gil_scoped_release release;
-          s = SynthesizeAzure(o, &t);
-        }
+        Status s = RunInterruptibly([&] { return SynthesizeAzure(o, &t); }, [&] { cancel.store(true); });
         ThrowIfError(s);
         return t;
       },
@@ -379,12 +377,10 @@ void BindTrace(nb::module_& m) {
       "synth_svd",
       [](const nb::dict& d) {
         SvdSynthOptions o = SvdFromDict(d);
+        std::atomic<bool> cancel{false};
+        o.cancel = &cancel;  // Ctrl-C stops a long synthesis
         Trace t;
-        Status s;
-        {
-          nb::gil_scoped_release release;
-          s = SynthesizeSvd(o, &t);
-        }
+        Status s = RunInterruptibly([&] { return SynthesizeSvd(o, &t); }, [&] { cancel.store(true); });
         ThrowIfError(s);
         return t;
       },

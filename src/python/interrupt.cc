@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <system_error>
@@ -37,15 +38,23 @@ Status RunInterruptibly(const std::function<Status()>& fn, const std::function<v
     std::condition_variable cv;
     bool done = false;
     Status status;
+    std::exception_ptr error;  // what fn threw (std::bad_alloc...), rethrown by the caller
   };
   auto state = std::make_shared<State>();
   std::thread helper;
   try {
     helper = std::thread([state, &fn] {
-      Status s = fn();
+      Status s;
+      std::exception_ptr error;
+      try {
+        s = fn();
+      } catch (...) {
+        error = std::current_exception();  // escaping a thread would terminate the process
+      }
       {
         std::lock_guard<std::mutex> lock(state->mu);
         state->status = std::move(s);
+        state->error = error;
         state->done = true;
       }
       state->cv.notify_all();
@@ -66,6 +75,7 @@ Status RunInterruptibly(const std::function<Status()>& fn, const std::function<v
     throw;
   }
   helper.join();
+  if (state->error) std::rethrow_exception(state->error);  // as if fn had run here
   return state->status;
 }
 

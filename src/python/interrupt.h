@@ -28,7 +28,8 @@ namespace nvmw::py {
 void WaitInterruptibly(const std::function<bool()>& wait_slice, const std::function<void()>& stop);
 
 // Runs fn() on a helper thread and waits for it as WaitInterruptibly does (stop()
-// must make fn return soon). Returns fn's status. If no helper thread can be
+// must make fn return soon). Returns fn's status; an exception fn throws (such as
+// std::bad_alloc) is rethrown here, on the calling thread. If no helper thread can be
 // started, fn runs on the calling thread with the GIL released (not interruptible).
 Status RunInterruptibly(const std::function<Status()>& fn, const std::function<void()>& stop);
 

@@ -67,6 +67,10 @@ Status SynthesizeAzure(const AzureSynthOptions& o, Trace* trace) {
   double t_us = 0;
   const double mean_gap_us = 1e6 / o.accesses_per_s;
   for (uint64_t i = 0; i < o.rows; ++i) {
+    if ((i & 4095) == 0 && o.cancel != nullptr && o.cancel->load(std::memory_order_relaxed)) {
+      trace->records.clear();
+      return Status::Shutdown("azure synth: stopped at row " + std::to_string(i));
+    }
     uint32_t b;
     if (blobs.empty() || rng.NextDouble() < o.new_blob_fraction) {
       b = static_cast<uint32_t>(blobs.size());
@@ -117,6 +121,10 @@ Status SynthesizeSvd(const SvdSynthOptions& o, Trace* trace) {
   // Small start-up jitter so the parallel tasks of one stage do not fire at the same µs.
   auto jitter = [&] { return rng.NextDouble() * std::max(1.0, o.task_ms / 10); };
   for (uint64_t job = 0; trace->records.size() < o.rows; ++job) {
+    if (o.cancel != nullptr && o.cancel->load(std::memory_order_relaxed)) {
+      trace->records.clear();
+      return Status::Shutdown("svd synth: stopped at job " + std::to_string(job));
+    }
     std::string p = "svd-" + run + "-" + std::to_string(job) + "-";
     double t = job_start_ms;
     // Stage 0: the input row blocks are written in parallel.

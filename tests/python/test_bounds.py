@@ -250,3 +250,19 @@ def test_pool_size_outside_its_type_is_named(shm_dir):
         with pytest.raises(InvalidArgumentError, match=rf"^pool_size must be an integer in \[0, 2\^64-1\], got {value}$"):
             nvmw.open_engine("pmem", os.path.join(shm_dir, "p.pool"), pool_size=value)
     assert not os.path.exists(os.path.join(shm_dir, "p.pool"))
+
+
+def test_out_of_memory_in_a_helper_thread_is_one_line(tmp_path):
+    # The synthesis runs on a helper thread (so that Ctrl-C can stop it); its
+    # std::bad_alloc must come back to the caller as MemoryError, not end the process.
+    import resource
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    for kind in ("azure", "svd"):
+        r = subprocess.run([sys.executable, "-m", "nvmw", "trace", "synth", kind, "--rows", "4000000000",
+                            "-o", str(tmp_path / "x.csv")], capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ), preexec_fn=cap)
+        assert r.returncode == 1, (r.returncode, r.stderr[-500:])
+        assert r.stderr.strip() == "nvmw trace: error: out of memory"

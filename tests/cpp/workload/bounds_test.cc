@@ -1,11 +1,14 @@
 // Bounds of the workload layer: the trace reader's size cap (TraceReadOptions::max_bytes)
 // and its treatment of rows that are not UTF-8, the replay's size cap
 // (ReplayOptions::max_value_bytes and the middleware's max_value_bytes), checked before
-// any value buffer is allocated, and the YCSB generator's option checks. Each refusal
+// any value buffer is allocated, the YCSB generator's option checks, and the cancel
+// flags of trace synthesis and reading. Each refusal
 // names what was wrong (the line, the record, the option).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <memory>
 #include <string>
@@ -155,6 +158,37 @@ TEST_F(ReplayBoundsTest, AbsurdSizeMeetsTheMiddlewareCapNotTheAllocator) {
   o.max_value_bytes = uint64_t{1} << 40;  // a looser option cap cannot lift the middleware's
   Replay looser(TwoRecords(2 << 20), o);
   EXPECT_TRUE(looser.Start(mw_).IsInvalidArgument());
+}
+
+TEST(CancelTest, SynthesisAndReadingStopWhenCancelled) {
+  std::atomic<bool> cancel{true};
+  AzureSynthOptions az;
+  az.rows = 100000;
+  az.cancel = &cancel;
+  Trace t;
+  EXPECT_TRUE(SynthesizeAzure(az, &t).IsShutdown());
+  EXPECT_TRUE(t.records.empty());
+  SvdSynthOptions svd;
+  svd.cancel = &cancel;
+  EXPECT_TRUE(SynthesizeSvd(svd, &t).IsShutdown());
+  EXPECT_TRUE(t.records.empty());
+
+  cancel = false;
+  ASSERT_TRUE(SynthesizeAzure(az, &t).ok());  // not cancelled: the whole trace
+  EXPECT_EQ(t.records.size(), 100000u);
+  const std::string path = ::testing::TempDir() + "/nvmw-cancel-trace.csv";
+  ASSERT_TRUE(WriteTrace(path, t, TraceFormat::kNative).ok());
+  TraceReadOptions o;
+  o.format = TraceFormat::kNative;
+  o.cancel = &cancel;
+  Trace back;
+  ASSERT_TRUE(ReadTrace(path, o, &back).ok());
+  EXPECT_EQ(back.records.size(), 100000u);
+  cancel = true;
+  Status s = ReadTrace(path, o, &back);
+  EXPECT_TRUE(s.IsShutdown()) << s.ToString();
+  EXPECT_NE(s.ToString().find("read stopped at line 4096"), std::string::npos) << s.ToString();
+  std::remove(path.c_str());
 }
 
 YcsbOptions Valid() {
