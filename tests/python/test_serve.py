@@ -1,0 +1,476 @@
+"""`nvmw serve` with real clients: redis-py (sync and asyncio), redis-cli, redis-benchmark,
+promtool on the metrics, twemproxy in front of two servers, SIGTERM drain, SIGKILL during
+SETs with a restart on the same pool, and 1,000 connect/disconnect cycles at flat RSS.
+
+Every server is a `python -m nvmw serve` child on an ephemeral port (never 6379). The
+system tools are installed by scripts/setup.sh; a missing one fails its test and says so."""
+import asyncio
+import os
+import queue
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+
+import nvmw
+
+redis = pytest.importorskip("redis", reason="redis-py is installed by scripts/setup.sh")
+import redis.asyncio  # noqa: E402
+
+START_TIMEOUT_S = 60.0
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is not installed: scripts/setup.sh installs it (Debian packages redis-server, "
+                    "redis-tools, nutcracker, prometheus)")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def child_env() -> dict:
+    """The child imports the same nvmw as this test (package dir and dev core)."""
+    env = dict(os.environ, PMEM_IS_PMEM_FORCE="1", PYTHONUNBUFFERED="1")
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(nvmw.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([pkg_parent] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
+def plain_client(port: int) -> "redis.Redis":
+    """A client that sends only data commands: twemproxy closes the connection on the
+    CLIENT SETINFO that redis-py sends at connect by default."""
+    kw = dict(host="127.0.0.1", port=port, socket_timeout=30, protocol=2)
+    try:
+        return redis.Redis(driver_info=None, **kw)
+    except TypeError:  # redis-py before 7: no driver_info
+        return redis.Redis(lib_name=None, lib_version=None, **kw)
+
+
+class Served:
+    """One `nvmw serve` child process; `port` is the one it printed."""
+
+    def __init__(self, *args: str):
+        self.args = ["--port", "0", "--window", "0.2", *args]
+        self.proc = subprocess.Popen([sys.executable, "-m", "nvmw", "serve", *self.args], env=child_env(),
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: "queue.Queue[str]" = queue.Queue()
+        self.output: list = []
+        self._pump_thread = threading.Thread(target=self._pump, daemon=True)
+        self._pump_thread.start()
+        self.port = None
+        self.metrics_port = None
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while self.port is None:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                self.kill()
+                pytest.fail(f"nvmw serve did not start: {''.join(self.output)}")
+            if line is None:
+                pytest.fail(f"nvmw serve exited at start ({self.proc.wait()}): {''.join(self.output)}")
+            m = re.search(r"listening on [\d.]+:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+        if "--metrics-port" in args:
+            line = self.lines.get(timeout=10)
+            self.metrics_port = int(re.search(r"metrics on http://[\d.]+:(\d+)/", line).group(1))
+
+    def _pump(self) -> None:
+        for line in self.proc.stdout:
+            self.output.append(line)
+            self.lines.put(line)
+        self.lines.put(None)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def client(self, **kw) -> "redis.Redis":
+        kw.setdefault("protocol", 2)
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=30, **kw)
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
+            return r.read().decode()
+
+    def terminate(self, timeout: float = 120.0) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout=timeout)
+        self._close()
+        return rc
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._close()
+
+    def _close(self) -> None:
+        self._pump_thread.join(timeout=30)
+        self.proc.stdout.close()
+
+    def text(self) -> str:
+        return "".join(self.output)
+
+
+@pytest.fixture(scope="module")
+def served():
+    s = Served("--engine", "memory", "--metrics-port", str(free_port()))
+    yield s
+    assert s.terminate() == 0, s.text()
+
+
+def metric(text: str, name: str, **labels) -> float:
+    """The value of one sample of the exposition text."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = re.match(r"([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)$", line)
+        if m and m.group(1) == name:
+            got = ",".join(sorted((m.group(2) or "{}")[1:-1].split(","))) if m.group(2) else ""
+            if got == want:
+                return float(m.group(3))
+    raise KeyError(f"{name}{{{want}}} not in the metrics")
+
+
+# --- redis-py --------------------------------------------------------------------------
+
+
+def test_commands_through_redis_py(served):
+    r = served.client()
+    assert r.ping() is True
+    assert r.echo(b"hello") == b"hello"
+    assert r.set("k1", "v1") is True
+    assert r.get("k1") == b"v1"
+    assert r.get("missing-key") is None
+    assert r.exists("k1", "missing-key", "k1") == 2
+    assert r.mset({"m1": b"a", "m2": b"b", "m3": b""}) is True
+    assert r.mget(["m1", "missing-key", "m2", "m3"]) == [b"a", None, b"b", b""]
+    assert r.delete("m1", "m2", "missing-key") == 2
+    assert r.mget(["m1", "m2"]) == [None, None]
+    assert r.dbsize() >= 2  # k1, m3 (other tests of this module share the server)
+    assert r.select(0) is True
+    info = r.info()
+    assert isinstance(info, dict) and info
+    with pytest.raises(redis.ResponseError):
+        r.set("k1", "v2", ex=10)  # expiry is not supported: a clear error, not silently ignored
+    with pytest.raises(redis.ResponseError):
+        r.set("k1", "v2", nx=True)
+    assert r.get("k1") == b"v1"
+    r.close()
+
+
+def test_a_default_redis_py_client_connects(served):
+    """redis-py's own defaults (it asks for RESP3 with HELLO 3 first) work too."""
+    r = redis.Redis(host="127.0.0.1", port=served.port, socket_timeout=30)
+    assert r.ping() is True
+    assert r.set("default-client", b"v") is True and r.get("default-client") == b"v"
+    r.close()
+
+
+def test_binary_and_large_values(served):
+    r = served.client()
+    binary = bytes(range(256)) * 4 + b"\r\n$3\r\n*1\r\n\x00"
+    key = b"bin\x00\r\n\xffkey"
+    r.set(key, binary)
+    assert r.get(key) == binary
+    big = os.urandom(800 * 1024)  # the thesis's batch block size
+    r.set("big", big)
+    assert r.get("big") == big
+    assert r.mget(["big", key]) == [big, binary]
+    r.close()
+
+
+def test_pipelining(served):
+    r = served.client()
+    pipe = r.pipeline(transaction=False)
+    for n in range(2000):
+        pipe.set(f"p{n}", f"value-{n}")
+    assert pipe.execute() == [True] * 2000
+    pipe = r.pipeline(transaction=False)
+    for n in range(2000):
+        pipe.get(f"p{n}")
+    assert pipe.execute() == [f"value-{n}".encode() for n in range(2000)]
+    r.close()
+
+
+def test_asyncio_clients(served):
+    async def main():
+        clients = [redis.asyncio.Redis(host="127.0.0.1", port=served.port, protocol=2) for _ in range(8)]
+        try:
+            await asyncio.gather(*(c.set(f"a{i}-{n}", f"{i}:{n}") for i, c in enumerate(clients)
+                                   for n in range(50)))
+            values = await asyncio.gather(*(c.get(f"a{i}-{n}") for i, c in enumerate(clients)
+                                            for n in range(50)))
+            assert values == [f"{i}:{n}".encode() for i in range(8) for n in range(50)]
+            assert await clients[0].ping() is True
+        finally:
+            for c in clients:
+                await c.aclose()
+    asyncio.run(main())
+
+
+def test_request_class_reaches_the_middleware(served):
+    """NVMW.CLASS batch makes small SETs batch requests: the batch count in the metrics grows."""
+    r = served.client()
+    before = metric(served.metrics(), "nvmw_request_latency_seconds_count", **{"class": "batch"})
+    assert r.execute_command("NVMW.CLASS", "batch") in (b"OK", "OK", True)
+    for n in range(200):
+        r.set(f"batch-{n}", b"x")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        after = metric(served.metrics(), "nvmw_request_latency_seconds_count", **{"class": "batch"})
+        if after >= before + 200:
+            break
+        time.sleep(0.1)
+    assert after >= before + 200
+    r.execute_command("NVMW.CLASS", "interactive")
+    with pytest.raises(redis.ResponseError):
+        r.execute_command("NVMW.CLASS", "bulk")
+    stats = r.execute_command("NVMW.STATS")
+    assert stats
+    r.close()
+
+
+def test_auth():
+    s = Served("--engine", "memory", "--password", "s3cret")
+    try:
+        r = s.client()
+        with pytest.raises((redis.exceptions.AuthenticationError, redis.ResponseError), match="(?i)auth"):
+            r.get("k")
+        with pytest.raises((redis.exceptions.AuthenticationError, redis.ResponseError)):
+            r.execute_command("AUTH", "wrong")
+        ok = s.client(password="s3cret")
+        assert ok.set("k", "v") is True and ok.get("k") == b"v"
+        ok.close()
+        r.close()
+        wrong = s.client(password="wrong")
+        with pytest.raises(redis.exceptions.AuthenticationError):
+            wrong.ping()
+        wrong.close()
+    finally:
+        assert s.terminate() == 0, s.text()
+
+
+# --- the Redis tools ---------------------------------------------------------------------
+
+
+def test_redis_cli(served):
+    cli = tool("redis-cli")
+
+    def run(*words: str) -> str:
+        out = subprocess.run([cli, "-p", str(served.port), *words], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert run("PING") == "PONG"
+    assert run("SET", "cli-key", "cli value") == "OK"
+    assert run("GET", "cli-key") == "cli value"
+    assert run("EXISTS", "cli-key") == "1"
+    assert run("DEL", "cli-key") == "1"
+    assert run("GET", "cli-key") == ""
+    assert int(run("DBSIZE")) >= 0
+
+
+def test_redis_benchmark(served):
+    bench = tool("redis-benchmark")
+    out = subprocess.run([bench, "-p", str(served.port), "-t", "set,get", "-n", "2000", "-c", "10", "-d", "128",
+                          "-r", "1000", "--csv"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = {line.split(",")[0].strip('"'): line for line in out.stdout.splitlines() if line.startswith('"')}
+    assert "SET" in rows and "GET" in rows, out.stdout
+    assert "error" not in (out.stdout + out.stderr).lower()
+    r = served.client()
+    assert r.dbsize() > 0
+    r.close()
+
+
+def test_metrics_pass_promtool(served):
+    promtool = tool("promtool")
+    r = served.client()
+    r.set("promtool", b"x" * 100)
+    time.sleep(0.5)  # at least one window with requests
+    text = served.metrics()
+    out = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for family in ("nvmw_request_latency_seconds", "nvmw_throughput_ops_per_second", "nvmw_queue_length",
+                   "nvmw_thread_limit", "nvmw_sla_latency_met", "nvmw_rejected_requests_total",
+                   "nvmw_server_commands_total", "nvmw_server_connections"):
+        assert f"# TYPE {family} " in text, family
+    for q in ("0.5", "0.99", "0.999"):
+        assert metric(text, "nvmw_request_latency_seconds", quantile=q, **{"class": "interactive"}) >= 0
+    assert metric(text, "nvmw_thread_limit", **{"class": "interactive"}) == 15  # fixed:15,15
+    assert metric(text, "nvmw_server_commands_total") > 0
+    assert metric(text, "nvmw_server_connections") >= 1
+    r.close()
+
+
+def test_twemproxy_spreads_keys_over_two_servers(tmp_path):
+    nutcracker = tool("nutcracker")
+    a, b = Served("--engine", "memory"), Served("--engine", "memory")
+    proxy_port = free_port()
+    conf = tmp_path / "nutcracker.yml"
+    conf.write_text(f"nvmw:\n  listen: 127.0.0.1:{proxy_port}\n  redis: true\n  hash: murmur\n"
+                    f"  distribution: ketama\n  server_retry_timeout: 1000\n  server_failure_limit: 3\n"
+                    f"  servers:\n   - 127.0.0.1:{a.port}:1\n   - 127.0.0.1:{b.port}:1\n")
+    proxy = subprocess.Popen([nutcracker, "-c", str(conf), "-s", str(free_port())],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", proxy_port), timeout=1).close()
+                break
+            except OSError:
+                assert proxy.poll() is None, proxy.stdout.read()
+                assert time.monotonic() < deadline, "nutcracker did not start"
+                time.sleep(0.1)
+        r = plain_client(proxy_port)
+        keys = [f"user:{n}" for n in range(200)]
+        for k in keys:
+            assert r.set(k, f"v-{k}") is True
+        assert [r.get(k) for k in keys] == [f"v-{k}".encode() for k in keys]
+        assert r.mget(keys) == [f"v-{k}".encode() for k in keys]
+        ra, rb = a.client(), b.client()
+        on_a = {k for k in keys if ra.get(k) is not None}
+        on_b = {k for k in keys if rb.get(k) is not None}
+        assert on_a and on_b, (f"twemproxy put {len(on_a)} keys on {a.port} and {len(on_b)} on {b.port} "
+                               f"(proxy {proxy_port})")
+        assert on_a.isdisjoint(on_b) and on_a | on_b == set(keys)
+        assert ra.dbsize() + rb.dbsize() == len(keys)
+        for c in (r, ra, rb):
+            c.close()
+    finally:
+        proxy.terminate()
+        proxy.wait(timeout=30)
+        proxy.stdout.close()
+        assert a.terminate() == 0, a.text()
+        assert b.terminate() == 0, b.text()
+
+
+# --- lifetime: drain, crash, connections ---------------------------------------------------
+
+
+class Writer(threading.Thread):
+    """SETs unique keys until the connection fails; remembers every acknowledged one."""
+
+    def __init__(self, port: int, tag: str, value_bytes: int = 512):
+        super().__init__(daemon=True)
+        self.port, self.tag, self.value_bytes = port, tag, value_bytes
+        self.acked: dict = {}
+
+    def run(self) -> None:
+        try:
+            r = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=30, protocol=2)
+            n = 0
+            while True:
+                key = f"{self.tag}:{n}"
+                value = (f"{key}|".encode() * (self.value_bytes // 8 + 1))[: self.value_bytes]
+                r.set(key, value)
+                self.acked[key] = value
+                n += 1
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            return
+        except redis.ResponseError:  # refused while draining
+            return
+
+
+def check_acked(port: int, writers: list) -> int:
+    r = redis.Redis(host="127.0.0.1", port=port, socket_timeout=60, protocol=2)
+    acked = {k: v for w in writers for k, v in w.acked.items()}
+    keys = list(acked)
+    got = []
+    for i in range(0, len(keys), 500):
+        got += r.mget(keys[i:i + 500])
+    lost = [k for k, v in zip(keys, got) if v != acked[k]]
+    r.close()
+    assert not lost, f"{len(lost)} of {len(keys)} acknowledged SETs lost, e.g. {lost[:3]}"
+    return len(keys)
+
+
+def test_sigterm_drains_and_keeps_every_acknowledged_set(shm_dir):
+    pool = os.path.join(shm_dir, "drain.pool")
+    s = Served("--engine", "pmem", "--path", pool, "--pool-mb", "256")
+    writers = [Writer(s.port, f"w{i}") for i in range(4)]
+    for w in writers:
+        w.start()
+    time.sleep(1.0)
+    assert s.terminate() == 0, s.text()
+    assert "drained" in s.text()
+    for w in writers:
+        w.join(timeout=30)
+    assert sum(len(w.acked) for w in writers) > 0
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", s.port), timeout=2).close()  # no longer listening
+    again = Served("--engine", "pmem", "--path", pool, "--pool-mb", "256")
+    try:
+        assert check_acked(again.port, writers) > 0
+    finally:
+        assert again.terminate() == 0, again.text()
+
+
+def test_sigkill_during_sets_loses_no_acknowledged_set(shm_dir):
+    pool = os.path.join(shm_dir, "kill.pool")
+    s = Served("--engine", "pmem", "--path", pool, "--pool-mb", "256")
+    writers = [Writer(s.port, f"k{i}", value_bytes=size) for i, size in enumerate((64, 512, 4096, 100_000))]
+    for w in writers:
+        w.start()
+    time.sleep(1.5)
+    s.kill()  # SIGKILL
+    for w in writers:
+        w.join(timeout=30)
+    assert all(len(w.acked) > 0 for w in writers)
+    again = Served("--engine", "pmem", "--path", pool, "--pool-mb", "256")
+    try:
+        assert check_acked(again.port, writers) == sum(len(w.acked) for w in writers)
+    finally:
+        assert again.terminate() == 0, again.text()
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def test_connect_disconnect_cycles_keep_rss_flat():
+    s = Served("--engine", "memory")
+    try:
+        def cycles(n: int) -> None:
+            for i in range(n):
+                if i % 2:
+                    r = s.client()
+                    assert r.set(f"c{i % 10}", b"v" * 100) is True
+                    r.close()
+                else:
+                    with socket.create_connection(("127.0.0.1", s.port), timeout=10) as c:
+                        c.sendall(b"*1\r\n$4\r\nPING\r\n")
+                        assert c.recv(64) == b"+PONG\r\n"
+
+        cycles(100)  # warm up: allocator arenas, thread caches
+        before = rss_bytes(s.pid)
+        cycles(1000)
+        time.sleep(0.5)
+        grown = rss_bytes(s.pid) - before
+        assert grown < 20 * 1024 * 1024, f"RSS grew {grown / 1e6:.1f} MB over 1,000 connections"
+        r = s.client()
+        assert r.execute_command("NVMW.STATS")
+        r.close()
+    finally:
+        assert s.terminate() == 0, s.text()
