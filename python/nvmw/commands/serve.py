@@ -37,11 +37,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics-port", type=_port, default=0,
                    help="serve Prometheus text metrics on http://BIND:PORT/metrics (default 0: off)")
     p.add_argument("--max-clients", type=int_in(1, 1 << 20), default=None,
-                   help="connections served at once; more are refused with an error (default: the server's)")
+                   help="connections served at once; more are refused with an error (default: the server's, 10000)")
     p.add_argument("--max-bulk-bytes", type=int_in(1, 1 << 40), default=None,
-                   help="largest value or argument accepted, bytes (default: the server's)")
+                   help="largest value or argument accepted, bytes (default: the server's, 512 MiB)")
     p.add_argument("--io-threads", type=int_in(1, 64), default=None,
-                   help="network threads (default: the server's)")
+                   help="network threads (default: the server's, 1)")
     p.add_argument("--log-windows", action="store_true",
                    help="print one line per monitor window (threads, ops/s, interactive p99, queues, SLA)")
     p.set_defaults(func=run)
