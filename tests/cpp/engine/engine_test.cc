@@ -223,9 +223,11 @@ TEST_P(EngineContractTest, ConcurrentReadersAndWritersSeeNoTornValues) {
   std::atomic<bool> stop{false};
   std::atomic<int> bad{0}, missing{0}, errors{0};
   std::atomic<uint64_t> reads{0};
+  std::atomic<int> readers_running{0};  // writers start once every reader has read once
   std::vector<std::thread> threads;
   for (int w = 0; w < kWriters; ++w) {
     threads.emplace_back([&, w] {
+      while (readers_running.load() < kReaders) std::this_thread::yield();
       std::mt19937_64 rng(w + 1);
       for (int n = 1; n <= kWritesPerWriter; ++n) {
         int i = static_cast<int>(rng() % kKeys);
@@ -242,6 +244,7 @@ TEST_P(EngineContractTest, ConcurrentReadersAndWritersSeeNoTornValues) {
   for (int r = 0; r < kReaders; ++r) {
     threads.emplace_back([&, r] {
       std::mt19937_64 rng(100 + r);
+      bool counted = false;
       while (!stop.load(std::memory_order_relaxed)) {
         int i = static_cast<int>(rng() % kKeys);
         std::string k = key(i);
@@ -254,6 +257,10 @@ TEST_P(EngineContractTest, ConcurrentReadersAndWritersSeeNoTornValues) {
           errors.fetch_add(1);
         }
         reads.fetch_add(1, std::memory_order_relaxed);
+        if (!counted) {
+          readers_running.fetch_add(1);
+          counted = true;
+        }
       }
     });
   }
