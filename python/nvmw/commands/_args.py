@@ -15,6 +15,7 @@ from nvmw.commands._util import ensure_pmem_force
 from nvmw.control.controllers import NoControl
 from nvmw.lab.lineup import CONTROLLER_NAMES, ControllerContext, canonical_name, deprecated, make_controller
 from nvmw.rl.envs import ControlEnv
+from nvmw.rl.episodes import BACKENDS, EpisodeRunner
 from nvmw.rl.registry import ENV_KINDS, make_env
 
 ENGINES = ("memory", "pmem")
@@ -65,10 +66,36 @@ def add_env_args(p: argparse.ArgumentParser, *, window_default: float = 0.1, ste
     p.add_argument("--seed", type=int_in(0, (1 << 64) - 1), default=0)
 
 
+def env_kwargs_from_args(args, *, control: bool = True, phase: int = 1) -> dict:
+    """The environment as `make_env` keyword arguments (what episode workers rebuild it from)."""
+    return dict(kind=args.env, phase=phase, window_s=args.window, sla=args.sla, device=args.device,
+                engine=args.engine, control=control, path=args.path,
+                max_episode_steps=getattr(args, "steps", 200), sim_params=getattr(args, "sim_params", None))
+
+
 def env_from_args(args, *, control: bool = True, phase: int = 1) -> ControlEnv:
-    return make_env(args.env, phase=phase, window_s=args.window, sla=args.sla, device=args.device,
-                    engine=args.engine, control=control, path=args.path,
-                    max_episode_steps=getattr(args, "steps", 200), sim_params=getattr(args, "sim_params", None))
+    return make_env(**env_kwargs_from_args(args, control=control, phase=phase))
+
+
+def add_backend_args(p: argparse.ArgumentParser) -> None:
+    """--backend, --workers, --ray-address: where episodes run (collect, train)."""
+    p.add_argument("--backend", choices=BACKENDS, default="local",
+                   help="where episodes run: local (this process, or --workers processes) or ray (Ray tasks; "
+                        "a local Ray instance unless --ray-address). Same seed, same result (default %(default)s)")
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="episodes at a time: local worker processes, or Ray CPUs of a local instance (default: 1 "
+                        "for local, 2 for ray; --env sim or synthetic only for more than one)")
+    p.add_argument("--ray-address", default=None,
+                   help="--backend ray: the cluster to join (ray.init(address=...)); default: start a local instance")
+
+
+def runner_from_args(args, env: ControlEnv) -> EpisodeRunner:
+    """The episode runner of --backend/--workers/--ray-address for `env` (built from args)."""
+    workers = args.workers or (2 if args.backend == "ray" else 1)
+    if args.ray_address and args.backend != "ray":
+        raise ValueError("--ray-address needs --backend ray")
+    return EpisodeRunner(args.backend, workers=workers, env=env, env_kwargs=env_kwargs_from_args(args),
+                         ray_address=args.ray_address)
 
 
 def controller_help(default: str) -> str:

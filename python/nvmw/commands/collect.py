@@ -1,5 +1,7 @@
 """`nvmw collect`: run a random agent on the environment and save its transitions (.npz)
-for offline pretraining (thesis: 150 episodes per phase)."""
+for offline pretraining (thesis: 150 episodes per phase). Episodes run in this process, in
+--workers local processes or as Ray tasks (--backend ray); each episode's seed comes from
+--seed and its index, so the file is the same wherever they ran."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +9,7 @@ import json
 import time
 
 from nvmw.commands._args import check_output_file, positive_int
-from nvmw.commands._args import add_env_args, env_from_args
+from nvmw.commands._args import add_backend_args, add_env_args, env_from_args, runner_from_args
 from nvmw.errors import Interrupted
 from nvmw.lab.runs import run_header
 from nvmw.rl.pretrain import collect_transitions, save_transitions
@@ -22,6 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--phases", type=positive_int, nargs="+", default=list(DEFAULT_PHASES),
                    help="phases (default %(default)s)")
     p.add_argument("--out", required=True, help="transitions file to write (.npz)")
+    add_backend_args(p)
     p.set_defaults(func=run)
 
 
@@ -29,11 +32,13 @@ def run(args) -> int:
     check_output_file(args.out, "--out")
     env = env_from_args(args)
     t0 = time.monotonic()
+    runner = None
     try:
+        runner = runner_from_args(args, env)
         data = collect_transitions(env, episodes_per_phase=args.episodes, phases=args.phases, seed=args.seed,
-                                   progress=True)
+                                   progress=True, runner=runner)
         header = run_header(args.env, env, episodes_per_phase=args.episodes, steps=args.steps,
-                            phases=args.phases, seed=args.seed)
+                            phases=args.phases, seed=args.seed, backend=runner.describe())
     except Interrupted as e:
         # Ctrl-C: keep the transitions collected so far (each stands alone for pretraining).
         n = int(len(e.partial["actions"]))
@@ -45,6 +50,8 @@ def run(args) -> int:
         save_transitions(args.out, e.partial, meta=header)
         raise Interrupted(f"saved the {n} transitions collected to {args.out}") from None
     finally:
+        if runner is not None:
+            runner.close()
         env.close()
     header["wall_s"] = round(time.monotonic() - t0, 1)
     save_transitions(args.out, data, meta=header)

@@ -7,7 +7,8 @@ import argparse
 import json
 import os
 
-from nvmw.commands._args import check_output_dir, positive_int
+from nvmw.commands._args import check_output_dir, check_output_file, positive_int
+from nvmw.control.controllers import OnlineAgentController
 from nvmw.commands._args import add_env_args, controller_help
 from nvmw.errors import Interrupted
 from nvmw.lab.evaluation import evaluate_lineup, write_outputs
@@ -26,6 +27,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--controllers", nargs="+", default=list(DEFAULT_LINEUP),
                    help=controller_help(" ".join(DEFAULT_LINEUP)))
     p.add_argument("--agent", default=None, help="trained agent (default: the shipped one for --device)")
+    p.add_argument("--online", action="store_true",
+                   help="q-learning keeps learning during the run (thesis Algorithm 2 online): after every window "
+                        "it updates on that window and 15 from a replay buffer of the last 2,000, Q step 0.1; "
+                        "reported as q-learning-online")
+    p.add_argument("--save-agent", default=None, help="with --online: write the agent as it ended the run (.joblib)")
     p.add_argument("--oracle", default=None, help="oracle table JSON from `nvmw calibrate` (default: shipped)")
     p.add_argument("--fixed", type=positive_int, nargs=2, default=None, metavar=("I", "B"), help=argparse.SUPPRESS)
     p.add_argument("--out", default="nvmw-eval", help="output directory (default %(default)s)")
@@ -46,16 +52,24 @@ def _lineup(args) -> list:
 
 def run(args) -> int:
     check_output_dir(args.out, "--out")
+    if args.save_agent and not args.online:
+        raise ValueError("--save-agent needs --online (without it the agent does not change)")
+    check_output_file(args.save_agent, "--save-agent")
     if args.quick:
         args.steps, args.window, args.switch_every = 400, 0.1, 100
     context = ControllerContext(device=args.device if args.env in ("real", "sim") else args.env,
                                 agent_path=args.agent, oracle_path=args.oracle,
-                                fixed=tuple(args.fixed) if args.fixed else (15, 15))
+                                fixed=tuple(args.fixed) if args.fixed else (15, 15), online=args.online,
+                                seed=args.seed)
+    controllers: list = []
     try:
         summaries, traces, header = evaluate_lineup(
             args.env, _lineup(args), window_s=args.window, steps=args.steps, switch_every=args.switch_every,
             seed=args.seed, sla=args.sla, device=args.device, engine=args.engine, path=args.path,
             sim_params=args.sim_params, context=context, interleave=not args.sequential, progress=True,
+            built=controllers,
+            **({"online": "q-learning learns during the run (replay 2,000 windows, 16 per update, Q step 0.1)"}
+               if args.online else {}),
             order="sequential" if args.sequential else "interleaved (controllers take turns per segment)")
     except Interrupted as e:
         # Ctrl-C: the steps taken so far, written like a finished run (no figure), marked
@@ -67,6 +81,12 @@ def run(args) -> int:
         raise Interrupted(f"{e.note}; partial results in {args.out}: "
                           + ", ".join(os.path.basename(p) for p in paths.values())) from None
     paths = write_outputs(summaries, traces, header, args.out, args.switch_every)
+    if args.save_agent:
+        for c in controllers:
+            if isinstance(c, OnlineAgentController):
+                c.agent.save(args.save_agent, metadata={**dict(getattr(c.agent, "metadata_", {}) or {}),
+                                                        "online": {"updates": c.updates, "run": dict(header)}})
+                paths["agent"] = args.save_agent
     with open(paths["markdown"], encoding="utf-8") as fh:
         print(fh.read())
     print(json.dumps(paths, indent=2))

@@ -1,6 +1,8 @@
 """`nvmw train`: bootstrap the nine Q models on collected transitions (with tuned
 parameters if given), then run Q-learning episodes per phase (thesis Algorithm 2); writes
-the agent (one joblib file) and a learning-curve PNG."""
+the agent (one joblib file) and a learning-curve PNG. Episodes run in this process, in
+--workers local processes or as Ray tasks (--backend ray); with the same seed and
+--batch the agent is the same wherever they ran."""
 from __future__ import annotations
 
 import argparse
@@ -8,9 +10,10 @@ import json
 import os
 import time
 
-from nvmw.commands._args import add_env_args, check_output_file, env_from_args, fraction, nonneg_int, positive_int
+from nvmw.commands._args import (add_backend_args, add_env_args, check_output_file, env_from_args, fraction,
+                                 nonneg_int, positive_int, runner_from_args)
 from nvmw.lab.runs import run_header
-from nvmw.lab.training import plot_curve, pretrained_agent, resumed_agent, train_per_phase
+from nvmw.lab.training import UPDATE_MODES, plot_curve, pretrained_agent, resumed_agent, train_per_phase
 from nvmw.rl.pretrain import collect_transitions, load_transitions
 from nvmw.workloads.phases import DEFAULT_PHASES
 
@@ -40,6 +43,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--epsilon-min", type=fraction, default=0.0)
     p.add_argument("--fqi-iterations", type=nonneg_int, default=0,
                    help="fitted-Q refits of the bootstrap (0 = thesis: reward regression only)")
+    p.add_argument("--update", choices=UPDATE_MODES, default="step",
+                   help="step: Algorithm 2's update for every transition (default); episode: one batched update "
+                        "per episode, targets from the models before it (~50x cheaper, for hundreds of episodes)")
+    p.add_argument("--batch", type=positive_int, default=None,
+                   help="episodes started at a time with the same agent (default: --workers); part of what "
+                        "the result depends on, with --seed")
+    add_backend_args(p)
     p.add_argument("--out", required=True, help="agent file to write (.joblib)")
     p.add_argument("--curve", default=None, help="learning-curve PNG (default: next to --out)")
     p.set_defaults(func=run)
@@ -50,9 +60,11 @@ def run(args) -> int:
     check_output_file(args.curve, "--curve")
     env = env_from_args(args)
     t_start = time.monotonic()
+    runner = None
     schedule = dict(epsilon=args.epsilon, epsilon_decay=args.epsilon_decay,
                     epsilon_decay_mode=args.epsilon_decay_mode, epsilon_min=args.epsilon_min)
     try:
+        runner = runner_from_args(args, env)
         if args.init_agent:
             agent, prior = resumed_agent(args.init_agent, **schedule)
             data = None
@@ -62,15 +74,18 @@ def run(args) -> int:
                 data = load_transitions(args.transitions)
             else:
                 data = collect_transitions(env, episodes_per_phase=args.collect_episodes, phases=args.phases,
-                                           seed=args.seed, progress=True)
+                                           seed=args.seed, progress=True, runner=runner)
             agent = pretrained_agent(data, tuned_path=args.tuned, fqi_iterations=args.fqi_iterations,
                                      seed=args.seed, gamma=args.gamma, learning_rate=args.learning_rate,
                                      learning_rate_mode=args.learning_rate_mode, **schedule)
         history, timings = train_per_phase(agent, env, episodes=args.episodes, phases=args.phases,
                                            rounds=args.rounds, epsilon=args.epsilon, epsilon_min=args.epsilon_min,
-                                           seed=args.seed, progress=True)
-        header = run_header(args.env, env, phases=args.phases, seed=args.seed)
+                                           seed=args.seed, progress=True, runner=runner, update=args.update,
+                                           batch=args.batch)
+        header = run_header(args.env, env, phases=args.phases, seed=args.seed, backend=runner.describe())
     finally:
+        if runner is not None:
+            runner.close()
         env.close()
     meta = {"args": {k: v for k, v in vars(args).items() if k != "func"}, "run": header, "training": timings,
             "history": history, "previous": {k: prior[k] for k in ("args", "training") if k in prior},

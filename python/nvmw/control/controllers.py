@@ -243,6 +243,57 @@ class AgentController(Controller):
         return int(self.agent.greedy_action(obs))
 
 
+class OnlineAgentController(AgentController):
+    """A trained QLearningAgent that keeps learning while it controls (thesis Algorithm 2
+    runs online): it acts greedily, and after every window updates its Q models on that
+    transition plus `batch - 1` transitions drawn from a replay buffer of the last
+    `replay` windows, with the Q step bounded to `learning_rate` (training uses 0.7). The
+    replayed windows keep the phases seen earlier in the updates, so a long stretch of one
+    phase does not overwrite what the agent knows of the others. The agent object is
+    changed in place (save it afterwards to keep what it learned)."""
+
+    name = "q-learning-online"
+
+    def __init__(self, agent, *, learning_rate: float = 0.1, replay: int = 2000, batch: int = 16, seed: int = 0,
+                 name: str | None = None):
+        super().__init__(agent, name)
+        if not 0.0 < learning_rate <= 1.0:
+            raise ValueError("learning_rate must be in (0, 1]")
+        if replay < 1 or batch < 1:
+            raise ValueError("replay and batch must be >= 1")
+        self.learning_rate = float(learning_rate)
+        self.replay = int(replay)
+        self.batch = int(batch)
+        self.seed = int(seed)
+        self.updates = 0
+        self.reset()
+
+    def reset(self) -> None:
+        self.rng = np.random.default_rng(self.seed)
+        self._buf: list[tuple] = []
+        self._next = 0
+
+    def observe(self, obs, action, reward_, next_obs, terminated, truncated, info) -> None:
+        """Learn from one window (called by the run after every step)."""
+        row = (np.asarray(obs, np.float64), int(action), float(reward_), np.asarray(next_obs, np.float64),
+               bool(terminated), bool(truncated))
+        if len(self._buf) < self.replay:
+            self._buf.append(row)
+        else:
+            self._buf[self._next] = row
+            self._next = (self._next + 1) % self.replay
+        k = min(self.batch - 1, len(self._buf) - 1)
+        picked = [row]
+        if k > 0:
+            newest = len(self._buf) - 1 if len(self._buf) < self.replay else (self._next - 1) % self.replay
+            others = [i for i in self.rng.choice(len(self._buf), size=k + 1, replace=False) if i != newest][:k]
+            picked += [self._buf[i] for i in others]
+        cols = list(zip(*picked))
+        self.agent.update_batch(np.stack(cols[0]), np.asarray(cols[1]), np.asarray(cols[2]), np.stack(cols[3]),
+                                np.asarray(cols[4]), np.asarray(cols[5]), learning_rate=self.learning_rate)
+        self.updates += 1
+
+
 class PolicyController(Controller):
     """Any policy trained on the Gymnasium env: `policy(obs) -> action` (e.g.
     ``lambda o: sb3_model.predict(o, deterministic=True)[0]``)."""

@@ -54,6 +54,9 @@ class _Run:
                      ("sla_throughput_met", info["sla_throughput_met"])):
             self.trace[k].append(v)
         self.step += 1
+        observe = getattr(self.controller, "observe", None)
+        if observe is not None:  # a controller that learns online (q-learning --online)
+            observe(_obs, _action, r, _next_obs, _term, _trunc, info)
         if bar is not None:
             bar.update(1)
 
@@ -230,17 +233,20 @@ def evaluate_lineup(env_kind: str, controllers: Sequence[str], *, window_s: floa
                     seed: int = 0, sla: SLASpec | str | None = None, device: str = "optane-1dimm",
                     engine: str = "memory", path: str | None = None, sim_params: Any = None,
                     context: ControllerContext | None = None, interleave: bool = True, progress: bool = False,
-                    **header_extra: Any) -> tuple[dict, dict, dict]:
+                    built: list | None = None, **header_extra: Any) -> tuple[dict, dict, dict]:
     """The long run of a line-up of controller names (nvmw.lab.lineup) on fresh envs of
     one kind (nvmw.rl.make_env): the SLA spec is resolved once (`sla`, default the
     calibrated one for `device`) and shared by every env and by the controllers aiming at
-    its latency goal. Returns (summaries, traces, run header)."""
+    its latency goal. Returns (summaries, traces, run header); `built`, if given, receives
+    the controllers (e.g. to save an agent that learned online)."""
     probe = make_env(env_kind, window_s=window_s, sla=sla, device=device, engine=engine)
     spec = probe.sla
     header = run_header(env_kind, probe, steps=steps, switch_every=switch_every, seed=seed, **header_extra)
     probe.close()
     ctx = dataclasses.replace(context or ControllerContext(), sla=spec)
     ctrls = build_controllers(controllers, ctx)
+    if built is not None:
+        built.extend(ctrls)
 
     def fresh_env(control: bool) -> ControlEnv:
         return make_env(env_kind, window_s=window_s, sla=spec, device=device, engine=engine, control=control,

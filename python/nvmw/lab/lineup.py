@@ -4,7 +4,8 @@
     fixed:I,B     fixed pool sizes (thesis baseline: fixed:15,15)
     aimd          AIMD limits aimed at the SLA's latency goal
     gradient      gradient limits aimed at the SLA's latency goal
-    q-learning    the trained agent (the shipped one for the device unless a file is given)
+    q-learning    the trained agent (the shipped one for the device unless a file is given;
+                  with ControllerContext(online=True) it keeps learning during the run)
     oracle        the per-phase best fixed configuration of a calibration sweep
 
 Older spellings ("no-control", a bare "fixed") are still accepted with a deprecation
@@ -16,7 +17,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-from nvmw.control.controllers import AIMD, AgentController, Controller, Fixed, Gradient, NoControl, OracleFixed
+from nvmw.control.controllers import (AIMD, AgentController, Controller, Fixed, Gradient, NoControl,
+                                      OnlineAgentController, OracleFixed)
 from nvmw.control.sla import SLASpec
 from nvmw.lab.runs import shipped_agent_path, shipped_oracle_path
 from nvmw.rl.agent import QLearningAgent
@@ -44,6 +46,10 @@ class ControllerContext:
     """oracle: this table (from `nvmw calibrate`) instead of the shipped one."""
     fixed: tuple = (15, 15)
     """What the deprecated bare name "fixed" means."""
+    online: bool = False
+    """q-learning: keep learning during the run (OnlineAgentController)."""
+    seed: int = 0
+    """Seeds what a controller draws at random (the online agent's replay sampling)."""
 
 
 #: kind -> factory(argument after "kind:" or "", context) returning a controller with
@@ -112,7 +118,10 @@ def _q_learning(arg: str, ctx: ControllerContext) -> Controller:
     path = ctx.agent_path or shipped_agent_path(ctx.device)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no trained agent at {path}: run `nvmw train` and pass --agent")
-    return AgentController(QLearningAgent.load(path))
+    agent = QLearningAgent.load(path)
+    if ctx.online:
+        return OnlineAgentController(agent, seed=ctx.seed)
+    return AgentController(agent)
 
 
 for _kind, _factory in (("none", _none), ("fixed", _fixed), ("aimd", _aimd), ("gradient", _gradient),

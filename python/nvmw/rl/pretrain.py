@@ -16,9 +16,9 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GridSearchCV, KFold, train_test_split
 from tqdm.auto import tqdm
 
-from nvmw.control.loop import drive
 from nvmw.errors import Interrupted
 from nvmw.rl.agent import N_ACTIONS, N_FEATURES, make_pipeline, transform_features
+from nvmw.rl.episodes import EPISODE_KEYS, EpisodeRunner, episode_arrays, episode_seed
 from nvmw.workloads.phases import DEFAULT_PHASES
 
 # Table D.1 (scikit-learn spelling: the thesis's 'squared' loss is 'squared_error').
@@ -44,69 +44,58 @@ TRANSITION_KEYS = ("states", "actions", "rewards", "next_states", "terminated", 
                    "p99_us", "throughput")
 
 
-def collect_transitions(env, *, episodes_per_phase: int = 150, phases: Sequence[int] = DEFAULT_PHASES,
-                        seed: int = 0, progress: bool = False) -> dict[str, np.ndarray]:
-    """Random-agent transitions (uniform actions, seeded) for every phase."""
+def collect_transitions(env=None, *, episodes_per_phase: int = 150, phases: Sequence[int] = DEFAULT_PHASES,
+                        seed: int = 0, progress: bool = False, runner=None) -> dict[str, np.ndarray]:
+    """Random-agent transitions (uniform actions) for every phase, phase by phase.
+
+    Episode k of the run (phases in order, `episodes_per_phase` each) has the seed
+    `episode_seed(seed, k)` for its reset and its actions, and episodes are gathered in
+    that order, so the dataset depends on `seed` only: the same on `env` in this process
+    (default) as on any `runner` (`nvmw.rl.episodes.EpisodeRunner`: worker processes or
+    Ray tasks)."""
     if episodes_per_phase < 1:
         raise ValueError("episodes_per_phase must be >= 1")
-    rng = np.random.default_rng(seed)
-    cols: dict[str, list] = {k: [] for k in TRANSITION_KEYS}
+    own = runner is None
+    if own:
+        if env is None:
+            raise ValueError("collect_transitions needs an env or a runner")
+        runner = EpisodeRunner("local", env=env)
+    tasks = [(int(ph), episode_seed(seed, k), 1.0) for k, ph in enumerate(
+        ph for ph in phases for _ in range(episodes_per_phase))]
     bar = None
     if progress:
-        bar = tqdm(total=episodes_per_phase * len(phases), desc="collect", unit="ep")
-    ep_seed = int(rng.integers(0, 2**31 - 1))
-    random_agent = _RandomActions(rng)
+        bar = tqdm(total=len(tasks), desc="collect", unit="ep")
+    sink: dict[str, list] = {k: [] for k in EPISODE_KEYS}
+    episodes: list[dict] = []
+
+    def done(ep):
+        episodes.append(ep)
+        if bar is not None:
+            bar.update(1)
+
     try:
-        for ph in phases:
-
-            def record(obs, a, r, nobs, term, trunc, info, ph=ph):
-                row = (("states", obs), ("actions", a), ("rewards", r), ("next_states", nobs),
-                       ("terminated", term), ("truncated", trunc), ("phases", ph),
-                       ("p99_us", info["p99_us"]), ("throughput", info["throughput"]))
-                for k, v in row:  # a whole transition or none (Ctrl-C lands between calls)
-                    cols[k].append(v)
-
-            for _ep in range(episodes_per_phase):
-                obs, info = env.reset(seed=ep_seed, options={"phase": int(ph)})
-                ep_seed += 1
-                # The episode ends when the env truncates it (max_episode_steps).
-                drive(env, random_agent, 1 << 62, obs, info, on_step=record)
-                if bar is not None:
-                    bar.update(1)
+        runner.run(tasks, on_episode=done, sink=sink)
     except KeyboardInterrupt:
         # Ctrl-C: every whole transition so far (each stands alone for fitted Q-iteration).
         if bar is not None:
             bar.close()
-        n = min(len(v) for v in cols.values())
-        data = _arrays({k: v[:n] for k, v in cols.items()})
+        data = episode_arrays(sink)
+        n = len(data["actions"])
+        lengths, ph_col = [len(e["actions"]) for e in episodes], []
+        for (ph, _s, _e), ln in zip(tasks, lengths + [n - sum(lengths)]):
+            ph_col.extend([ph] * ln)
+        data["phases"] = np.asarray(ph_col[:n], np.int64)
         raise Interrupted(f"{n} transitions collected", partial=data) from None
+    finally:
+        if own:
+            runner.close()
     if bar is not None:
         bar.close()
-    return _arrays(cols)
-
-
-def _arrays(cols: dict[str, list]) -> dict[str, np.ndarray]:
-    return {
-        "states": np.asarray(cols["states"], np.float64).reshape(-1, N_FEATURES),
-        "actions": np.asarray(cols["actions"], np.int64),
-        "rewards": np.asarray(cols["rewards"], np.float64),
-        "next_states": np.asarray(cols["next_states"], np.float64).reshape(-1, N_FEATURES),
-        "terminated": np.asarray(cols["terminated"], bool),
-        "truncated": np.asarray(cols["truncated"], bool),
-        "phases": np.asarray(cols["phases"], np.int64),
-        "p99_us": np.asarray(cols["p99_us"], np.float64),
-        "throughput": np.asarray(cols["throughput"], np.float64),
-    }
-
-
-class _RandomActions:
-    """The thesis's random agent as a controller: uniform actions from a seeded RNG."""
-
-    def __init__(self, rng: np.random.Generator):
-        self.rng = rng
-
-    def act(self, obs, info) -> int:
-        return int(self.rng.integers(N_ACTIONS))
+    data = {k: np.concatenate([e[k] for e in episodes]) for k in EPISODE_KEYS}
+    data["states"] = data["states"].reshape(-1, N_FEATURES)
+    data["next_states"] = data["next_states"].reshape(-1, N_FEATURES)
+    data["phases"] = np.concatenate([np.full(len(e["actions"]), t[0], np.int64) for e, t in zip(episodes, tasks)])
+    return {k: data[k] for k in TRANSITION_KEYS}
 
 
 def save_transitions(path: str | os.PathLike, data: Mapping[str, np.ndarray], meta: Mapping[str, Any] | None = None) -> None:
