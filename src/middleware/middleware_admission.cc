@@ -306,9 +306,16 @@ Status Middleware::Impl::Submit(Request&& request, Completion&& done) {
     return s;
   }
   AsyncTask* t = NewAsyncTask(std::move(request), std::move(done), cls, submit_ns);
+  bool granted = false;
+  s = AcquireAsync(c, t, &granted);
+  if (granted) PushReady(t);
+  return s;
+}
+
+Status Middleware::Impl::AcquireAsync(int c, AsyncTask* t, bool* granted) {
   switch (permits[c].Acquire(t, max_waiters)) {
     case Permits::Admit::kGranted:
-      PushReady(t);
+      *granted = true;
       return Status::OK();
     case Permits::Admit::kQueued:
       return Status::OK();  // a released permit will bring it to the workers
@@ -379,23 +386,14 @@ Status Middleware::Impl::SubmitOrRun(Request&& request, Completion&& done) {
       break;
   }
   AsyncTask* t = NewAsyncTask(std::move(request), std::move(done), cls, submit_ns);
-  switch (permits[c].Acquire(t, max_waiters)) {
-    case Permits::Admit::kGranted: {
-      // A permit came free between the two attempts: run it here all the same.
-      RunInlineHoldingPermit(c, t->op, cls, t->key, t->value, submit_ns, t->done);
-      RecycleAsyncTask(t);
-      return Status::OK();
-    }
-    case Permits::Admit::kQueued:
-      return Status::OK();  // a released permit will bring it to the workers
-    case Permits::Admit::kClosed:
-      RecycleAsyncTask(t);
-      return Status::Shutdown("middleware is not running");
-    case Permits::Admit::kFull:
-      break;
+  bool granted = false;
+  s = AcquireAsync(c, t, &granted);
+  if (granted) {
+    // A permit came free between the two attempts: run it here all the same.
+    RunInlineHoldingPermit(c, t->op, cls, t->key, t->value, submit_ns, t->done);
+    RecycleAsyncTask(t);
   }
-  RecycleAsyncTask(t);
-  return Refuse(c, max_waiters);
+  return s;
 }
 
 // ---- public entry points of this role ----

@@ -217,6 +217,10 @@ struct Middleware::Impl {
   void RecycleAsyncTask(AsyncTask* t);
   // Counts a refused request of class c and says why.
   Status Refuse(int c, uint64_t capacity);
+  // Asks for a permit of class c for async task t, queueing it when none is free. Sets
+  // *granted (t is the caller's to run) or returns with t queued (OK) or recycled and
+  // refused (Shutdown, or Refuse's status).
+  Status AcquireAsync(int c, AsyncTask* t, bool* granted);
   Status Enqueue(Task* t);
   // Publishes an async task that holds a permit to its class's workers.
   void PushReady(Task* t);
