@@ -15,12 +15,7 @@
 namespace nvmw {
 namespace {
 
-DeviceProfile Load(const std::string& name) {
-  DeviceProfile p;
-  Status s = LoadDeviceProfile(testing::DevicesDir(), name, &p);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  return p;
-}
+using testing::Load;
 
 // A column of a FAST'20 CSV, read independently of the profile.
 std::vector<double> Column(const std::string& file, const std::string& column) {

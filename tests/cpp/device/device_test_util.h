@@ -1,9 +1,13 @@
 // Shared helpers of the device tests: where the profile data lives (found from this
-// file's path, so the tests run from any build directory).
+// file's path, so the tests run from any build directory), and loading a profile.
 #ifndef NVMW_TESTS_DEVICE_TEST_UTIL_H_
 #define NVMW_TESTS_DEVICE_TEST_UTIL_H_
 
+#include <gtest/gtest.h>
+
 #include <string>
+
+#include "nvmw/device.h"
 
 namespace nvmw::testing {
 
@@ -15,6 +19,14 @@ inline std::string SourceRoot() {
 
 inline std::string DevicesDir() { return SourceRoot() + "/python/nvmw/data/devices"; }
 inline std::string Fast20Dir() { return SourceRoot() + "/python/nvmw/data/optane-fast20"; }
+
+// The named profile from DevicesDir(); a load failure fails the calling test.
+inline DeviceProfile Load(const std::string& name) {
+  DeviceProfile p;
+  Status s = LoadDeviceProfile(DevicesDir(), name, &p);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return p;
+}
 
 }  // namespace nvmw::testing
 

@@ -17,12 +17,7 @@
 namespace nvmw {
 namespace {
 
-DeviceProfile Load(const std::string& name) {
-  DeviceProfile p;
-  Status s = LoadDeviceProfile(testing::DevicesDir(), name, &p);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  return p;
-}
+using testing::Load;
 
 EmulatedDevice* AsDevice(const std::unique_ptr<Engine>& e) {
   return dynamic_cast<EmulatedDevice*>(e.get());

@@ -27,17 +27,10 @@
 namespace nvmw {
 namespace {
 
+using test::CreatePoolWithLayout;
+using test::ReadFile;
 using test::TempDir;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void WriteFile(const std::string& path, const std::string& data) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-}
+using test::WriteFile;
 
 PmemOptions Small() {
   PmemOptions o;
@@ -324,9 +317,7 @@ TEST_F(DamageTest, EmptyAndMode000FilesAreClearErrors) {
 
 TEST_F(DamageTest, ForeignAndNonUtf8LayoutsAreOneLineErrors) {
   const std::string other = dir_.File("other");
-  PMEMobjpool* pop = pmemobj_create(other.c_str(), "\xff\xfe-not-utf8\n", PMEMOBJ_MIN_POOL, 0600);
-  ASSERT_NE(pop, nullptr) << pmemobj_errormsg();
-  pmemobj_close(pop);
+  ASSERT_TRUE(CreatePoolWithLayout(other, "\xff\xfe-not-utf8\n", 0600)) << pmemobj_errormsg();
   std::string before = ReadFile(other);
   std::unique_ptr<Engine> e;
   Status s = OpenPmemEngine(other, Small(), &e);
@@ -337,9 +328,7 @@ TEST_F(DamageTest, ForeignAndNonUtf8LayoutsAreOneLineErrors) {
 
   // A pool of the previous format names its version.
   const std::string v1 = dir_.File("v1");
-  pop = pmemobj_create(v1.c_str(), "nvmw-kv-1", PMEMOBJ_MIN_POOL, 0600);
-  ASSERT_NE(pop, nullptr);
-  pmemobj_close(pop);
+  ASSERT_TRUE(CreatePoolWithLayout(v1, "nvmw-kv-1", 0600));
   before = ReadFile(v1);
   s = OpenPmemEngine(v1, Small(), &e);
   EXPECT_TRUE(s.IsCorruption()) << s.ToString();

@@ -21,21 +21,14 @@ namespace nvmw {
 namespace {
 
 using test::CheckValue;
+using test::CreatePoolWithLayout;
 using test::MakeValue;
+using test::ReadFile;
 using test::TempDir;
+using test::WriteFile;
 
 constexpr uint32_t kMaxKey = 1024;
 constexpr uint64_t kMaxValue = 64ull << 20;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void WriteFile(const std::string& path, const std::string& data) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-}
 
 PmemOptions SmallPmemOptions(uint64_t pool_bytes = 256ull << 20) {
   PmemOptions o;
@@ -385,9 +378,7 @@ TEST_F(PmemEngineTest, ForeignFilesAreCorruptionAndLeftUntouched) {
 
 TEST_F(PmemEngineTest, PoolWithAnotherLayoutIsCorruption) {
   const std::string path = dir_.File("other");
-  PMEMobjpool* pop = pmemobj_create(path.c_str(), "someone-else-1", PMEMOBJ_MIN_POOL, 0666);
-  ASSERT_NE(pop, nullptr) << pmemobj_errormsg();
-  pmemobj_close(pop);
+  ASSERT_TRUE(CreatePoolWithLayout(path, "someone-else-1", 0666)) << pmemobj_errormsg();
   std::string before = ReadFile(path);
   std::unique_ptr<Engine> e;
   Status s = OpenPmemEngine(path, SmallPmemOptions(), &e);

@@ -1,13 +1,18 @@
 // Helpers shared by the engine tests and the crash-test child: temporary pool
-// directories on /dev/shm and self-describing values whose damage is detectable.
+// directories on /dev/shm, self-describing values whose damage is detectable, whole
+// files read and written, and pools of a foreign layout.
 #ifndef NVMW_TESTS_ENGINE_ENGINE_TEST_UTIL_H_
 #define NVMW_TESTS_ENGINE_ENGINE_TEST_UTIL_H_
 
+#include <libpmemobj.h>
 #include <stdlib.h>
+#include <sys/types.h>
 
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <string_view>
 
@@ -34,6 +39,26 @@ class TempDir {
  private:
   std::string path_;
 };
+
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+inline void WriteFile(const std::string& path, const std::string& data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+}
+
+// Creates a valid libpmemobj pool of the smallest size whose layout name is
+// `layout` (another program's, or another nvmw format's). False when libpmemobj
+// refuses; pmemobj_errormsg() says why.
+inline bool CreatePoolWithLayout(const std::string& path, const char* layout, mode_t mode) {
+  PMEMobjpool* pop = pmemobj_create(path.c_str(), layout, PMEMOBJ_MIN_POOL, mode);
+  if (pop == nullptr) return false;
+  pmemobj_close(pop);
+  return true;
+}
 
 inline uint64_t Fnv1a(std::string_view data, uint64_t h = 0xcbf29ce484222325ull) {
   for (unsigned char c : data) {

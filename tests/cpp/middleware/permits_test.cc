@@ -21,21 +21,13 @@
 
 #include "middleware/test_engine.h"
 #include "nvmw/middleware.h"
+#include "test_util.h"
 
 namespace nvmw {
 namespace {
 
 using testing::TestEngine;
-
-// Polls `pred` until it holds or 20 s pass (a generous bound for sanitizer builds).
-bool WaitUntil(const std::function<bool()>& pred) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  return true;
-}
+using testing::WaitUntil;
 
 // ---------------------------------------------------------------- Permits alone
 
