@@ -30,6 +30,7 @@
 
 #include "middleware/test_engine.h"
 #include "nvmw/middleware.h"
+#include "test_util.h"
 
 namespace nvmw {
 namespace {
@@ -37,12 +38,7 @@ namespace {
 using testing::TestEngine;
 
 bool WaitUntil(const std::function<bool()>& pred) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
+  return testing::WaitUntil(pred, std::chrono::milliseconds(1));
 }
 
 std::string Multibulk(const std::vector<std::string>& args) {
