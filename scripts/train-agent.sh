@@ -1,52 +1,108 @@
 #!/usr/bin/env bash
-# Reproduces the shipped Q-learning agent with the project's own pipeline, on the fitted
-# simulator (docs/sim.md, docs/rl.md): random-agent transitions (thesis: 150 episodes per
-# phase), per-action model selection (5-fold CV), then fitted-Q pretraining and Q-learning
-# episodes per phase, for every phase of the default set.
-#   scripts/train-agent.sh [--force] [OUT_DIR]     (default: python/nvmw/data/agents)
+# Trains a Q-learning agent with the project's own pipeline, on the fitted simulator
+# (docs/sim.md, docs/rl.md): random-agent transitions, per-action model selection (5-fold
+# CV), then fitted-Q pretraining and Q-learning episodes per phase, for every phase of the
+# default set.
+#   scripts/train-agent.sh [--force] [--scale shipped|thesis] [OUT_DIR]   (default OUT_DIR:
+#   python/nvmw/data/agents)
+# --scale shipped (default) reproduces the shipped agent qlearning-optane-1dimm: 150 random
+#   episodes per phase, 16-point grid, 20 Q-learning episodes per phase, 0.1 s windows.
+# --scale thesis is the thesis's scale (Madrid Rivera 2024, 3.4.3 and Appendix D): 150
+#   random episodes per phase, 5-fold CV over the 72 points of Table D.1 around Table D.2's
+#   choices (`nvmw tune --grid thesis`; NVMW_TUNE_GRID=full for all 1,296, hours) on a
+#   seeded subset of NVMW_TUNE_MAX_SAMPLES transitions per action, then 700 Q-learning
+#   episodes per phase, all at 1 s windows, episodes on two local worker
+#   processes (or Ray: NVMW_TRAIN_BACKEND=ray, NVMW_RAY_ADDRESS for a cluster) with one
+#   batched update per episode. Writes qlearning-optane-1dimm-thesis.joblib (never the
+#   shipped name), its learning curves (docs/rl-learning-curve-thesis.png) and the wall
+#   time of every step ($work/timing.json).
 # Each step keeps its output in the work directory ($NVMW_TRAIN_WORK, default
-# build/train-agent) and is skipped when that output exists, so an interrupted run resumes;
-# --force redoes every step. The agent and its tuned parameters are then copied to OUT_DIR.
-# Knobs (environment): NVMW_COLLECT_EPISODES (150), NVMW_TRAIN_EPISODES (20),
-# NVMW_FQI_ITERATIONS (10), NVMW_TUNE_CV (5), NVMW_TRAIN_SLA (calibrated-optane-1dimm),
-# NVMW_TRAIN_SIM_PARAMS (the shipped fit for optane-1dimm).
+# build/train-agent or build/train-agent-thesis) and is skipped when that output exists, so
+# an interrupted run resumes; --force redoes every step. The agent and its tuned
+# parameters are then copied to OUT_DIR.
+# Knobs (environment): NVMW_COLLECT_EPISODES (150), NVMW_TRAIN_EPISODES (20; thesis 700),
+# NVMW_FQI_ITERATIONS (10; thesis 2), NVMW_TUNE_CV (5), NVMW_TUNE_GRID (thesis: thesis),
+# NVMW_TUNE_MAX_SAMPLES (thesis 2000),
+# NVMW_TRAIN_SLA (calibrated-optane-1dimm), NVMW_TRAIN_SIM_PARAMS (the shipped fit for
+# optane-1dimm), NVMW_TRAIN_WORKERS (thesis 2), NVMW_TRAIN_BACKEND (local), NVMW_RAY_ADDRESS.
 # Needs the package installed (scripts/setup.sh) or NVMW_DEV_CORE_DIR/PYTHONPATH set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 force=0
-if [[ "${1:-}" == "--force" ]]; then force=1; shift; fi
+scale=shipped
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --force) force=1; shift ;;
+    --scale) scale=${2:?--scale needs shipped or thesis}; shift 2 ;;
+    --scale=*) scale=${1#--scale=}; shift ;;
+    *) break ;;
+  esac
+done
 out=${1:-python/nvmw/data/agents}
-work=${NVMW_TRAIN_WORK:-build/train-agent}
-name=qlearning-optane-1dimm
+case "$scale" in
+  shipped)
+    name=qlearning-optane-1dimm; work=${NVMW_TRAIN_WORK:-build/train-agent}
+    window=0.1; train_eps=${NVMW_TRAIN_EPISODES:-20}; fqi=${NVMW_FQI_ITERATIONS:-10}
+    tune_grid=(--quick); workers=${NVMW_TRAIN_WORKERS:-1}; update=step
+    curve="$work/learning-curve.png" ;;
+  thesis)
+    name=qlearning-optane-1dimm-thesis; work=${NVMW_TRAIN_WORK:-build/train-agent-thesis}
+    window=1.0; train_eps=${NVMW_TRAIN_EPISODES:-700}; fqi=${NVMW_FQI_ITERATIONS:-2}
+    tune_grid=(--grid "${NVMW_TUNE_GRID:-thesis}" --max-samples "${NVMW_TUNE_MAX_SAMPLES:-2000}"); workers=${NVMW_TRAIN_WORKERS:-2}; update=episode
+    curve=docs/rl-learning-curve-thesis.png ;;
+  *) echo "train-agent.sh: --scale must be shipped or thesis, not $scale" >&2; exit 2 ;;
+esac
 mkdir -p "$out" "$work"
-if (( force )); then rm -f "$work/transitions.npz" "$work/$name.tuned.json" "$work/$name.joblib"; fi
-common=(--env sim --window 0.1 --device optane-1dimm --sla "${NVMW_TRAIN_SLA:-calibrated-optane-1dimm}")
+if (( force )); then rm -f "$work/transitions.npz" "$work/$name.tuned.json" "$work/$name.joblib" "$work/timing.json"; fi
+common=(--env sim --window "$window" --device optane-1dimm --sla "${NVMW_TRAIN_SLA:-calibrated-optane-1dimm}")
 if [[ -n "${NVMW_TRAIN_SIM_PARAMS:-}" ]]; then common+=(--sim-params "$NVMW_TRAIN_SIM_PARAMS"); fi
+backend=(--backend "${NVMW_TRAIN_BACKEND:-local}" --workers "$workers")
+if [[ -n "${NVMW_RAY_ADDRESS:-}" ]]; then backend+=(--ray-address "$NVMW_RAY_ADDRESS"); fi
 
 step() { echo "== $(date -u +%H:%M:%S) $*" >&2; }
+t_all=$(date +%s.%N)
+declare -A took
+timed() {  # timed NAME CMD...: run CMD, remember its wall time
+  local t0; t0=$(date +%s.%N); local label=$1; shift
+  "$@"
+  took[$label]=$(python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))" "$t0" "$(date +%s.%N)")
+}
 
 if [[ ! -s "$work/transitions.npz" ]]; then
-  step "collect"
-  python3 -m nvmw collect "${common[@]}" --episodes "${NVMW_COLLECT_EPISODES:-150}" --steps 200 --seed 0 \
-    --out "$work/transitions.tmp.npz"
+  step "collect ($scale scale)"
+  timed collect python3 -m nvmw collect "${common[@]}" "${backend[@]}" --episodes "${NVMW_COLLECT_EPISODES:-150}" \
+    --steps 200 --seed 0 --out "$work/transitions.tmp.npz"
   mv "$work/transitions.tmp.npz" "$work/transitions.npz"
 else step "collect: $work/transitions.npz exists, skipped"; fi
 
 if [[ ! -s "$work/$name.tuned.json" ]]; then
   step "tune"
-  python3 -m nvmw tune "$work/transitions.npz" --quick --cv "${NVMW_TUNE_CV:-5}" --n-jobs 2 --seed 0 \
-    --out "$work/$name.tuned.tmp.json"
+  timed tune python3 -m nvmw tune "$work/transitions.npz" "${tune_grid[@]}" --cv "${NVMW_TUNE_CV:-5}" --n-jobs 2 \
+    --seed 0 --out "$work/$name.tuned.tmp.json"
   mv "$work/$name.tuned.tmp.json" "$work/$name.tuned.json"
 else step "tune: $work/$name.tuned.json exists, skipped"; fi
 
 if [[ ! -s "$work/$name.joblib" ]]; then
   step "train"
-  python3 -m nvmw train "${common[@]}" --transitions "$work/transitions.npz" --tuned "$work/$name.tuned.json" \
-    --episodes "${NVMW_TRAIN_EPISODES:-20}" --fqi-iterations "${NVMW_FQI_ITERATIONS:-10}" --seed 0 \
-    --out "$work/$name.tmp.joblib" --curve "$work/learning-curve.png"
+  timed train python3 -m nvmw train "${common[@]}" "${backend[@]}" --update "$update" \
+    --transitions "$work/transitions.npz" --tuned "$work/$name.tuned.json" \
+    --episodes "$train_eps" --fqi-iterations "$fqi" --seed 0 \
+    --out "$work/$name.tmp.joblib" --curve "$curve"
   mv "$work/$name.tmp.joblib" "$work/$name.joblib"
 else step "train: $work/$name.joblib exists, skipped"; fi
 
 cp "$work/$name.tuned.json" "$out/$name.tuned.json"
 cp "$work/$name.joblib" "$out/$name.joblib"
-step "agent: $out/$name.joblib (learning curve: $work/learning-curve.png)"
+total=$(python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))" "$t_all" "$(date +%s.%N)")
+python3 - "$work/timing.json" "$scale" "$total" "${took[collect]:-skipped}" "${took[tune]:-skipped}" \
+  "${took[train]:-skipped}" <<'EOF'
+import json, os, sys
+path, scale, total, collect, tune, train = sys.argv[1:]
+num = lambda v: None if v == "skipped" else float(v)
+with open("/proc/loadavg") as fh:
+    load = fh.read().split()[:3]
+json.dump({"scale": scale, "wall_s": {"total": float(total), "collect": num(collect), "tune": num(tune),
+                                      "train": num(train)},
+           "cores": os.cpu_count(), "loadavg_at_end": load}, open(path, "w"), indent=2)
+EOF
+step "agent: $out/$name.joblib (learning curves: $curve; wall time ${total} s, steps in $work/timing.json)"

@@ -30,8 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--online", action="store_true",
                    help="q-learning keeps learning during the run (thesis Algorithm 2 online): after every window "
                         "it updates on that window and 15 from a replay buffer of the last 2,000, Q step 0.1; "
-                        "reported as q-learning-online")
-    p.add_argument("--save-agent", default=None, help="with --online: write the agent as it ended the run (.joblib)")
+                        "reported as q-learning-online (the controller name q-learning-online does the same "
+                        "for one entry of --controllers, so both can run side by side)")
+    p.add_argument("--save-agent", default=None, help="with --online (or the q-learning-online controller): write "
+                   "the agent as it ended the run (.joblib)")
     p.add_argument("--oracle", default=None, help="oracle table JSON from `nvmw calibrate` (default: shipped)")
     p.add_argument("--fixed", type=positive_int, nargs=2, default=None, metavar=("I", "B"), help=argparse.SUPPRESS)
     p.add_argument("--out", default="nvmw-eval", help="output directory (default %(default)s)")
@@ -52,8 +54,9 @@ def _lineup(args) -> list:
 
 def run(args) -> int:
     check_output_dir(args.out, "--out")
-    if args.save_agent and not args.online:
-        raise ValueError("--save-agent needs --online (without it the agent does not change)")
+    if args.save_agent and not (args.online or "q-learning-online" in args.controllers):
+        raise ValueError("--save-agent needs --online or the q-learning-online controller "
+                         "(without either the agent does not change)")
     check_output_file(args.save_agent, "--save-agent")
     if args.quick:
         args.steps, args.window, args.switch_every = 400, 0.1, 100

@@ -7,7 +7,7 @@ import argparse
 import json
 
 from nvmw.commands._args import int_in, nonneg_int
-from nvmw.rl.pretrain import FULL_GRID, QUICK_GRID, load_transitions, tune_models
+from nvmw.rl.pretrain import GRIDS, load_transitions, tune_models
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,20 +15,26 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("transitions", help="file written by `nvmw collect`")
     p.add_argument("--out", required=True, help="JSON with the chosen parameters per action")
-    p.add_argument("--quick", action="store_true", help="a 16-point grid instead of Table D.1's 1296")
+    p.add_argument("--grid", choices=sorted(GRIDS), default="full",
+                   help="full: Table D.1's 1,296 points (default); thesis: the 72 of them around Table D.2's "
+                        "choices (squared loss, invscaling, max_iter <= 1,000); quick: 16 points")
+    p.add_argument("--quick", dest="grid", action="store_const", const="quick", help="the same as --grid quick")
     p.add_argument("--cv", type=int_in(2, 1000), default=5, help="folds (default %(default)s)")
     p.add_argument("--n-jobs", type=int_in(1, 1024), default=2, help="parallel fits (default %(default)s)")
     p.add_argument("--backend", choices=["loky", "ray"], default="loky",
                    help="joblib backend: local processes, or Ray (local instance or --ray-address)")
     p.add_argument("--ray-address", default=None, help="connect to this Ray cluster instead of starting one")
+    p.add_argument("--max-samples", type=int_in(10), default=None,
+                   help="at most this many transitions per action (a seeded subset; default: all)")
     p.add_argument("--seed", type=nonneg_int, default=0)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     data = load_transitions(args.transitions)
-    res = tune_models(data, grid=QUICK_GRID if args.quick else FULL_GRID, cv=args.cv, n_jobs=args.n_jobs,
-                      backend=args.backend, ray_address=args.ray_address, seed=args.seed, progress=True)
+    res = tune_models(data, grid=GRIDS[args.grid], cv=args.cv, n_jobs=args.n_jobs,
+                      backend=args.backend, ray_address=args.ray_address, seed=args.seed, progress=True,
+                      max_samples=args.max_samples)
     res["transitions"] = args.transitions
     with open(args.out, "w", encoding="utf-8") as fh:
         json.dump(res, fh, indent=2)

@@ -6,12 +6,14 @@
     gradient      gradient limits aimed at the SLA's latency goal
     q-learning    the trained agent (the shipped one for the device unless a file is given;
                   with ControllerContext(online=True) it keeps learning during the run)
+    q-learning-online  the same agent, always learning during the run
     oracle        the per-phase best fixed configuration of a calibration sweep
 
 Older spellings ("no-control", a bare "fixed") are still accepted with a deprecation
 note on stderr. More kinds can be added with `register_controller`."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from nvmw.lab.runs import shipped_agent_path, shipped_oracle_path
 from nvmw.rl.agent import QLearningAgent
 
 #: The built-in controller names (fixed takes ":I,B").
-CONTROLLER_NAMES = ("none", "fixed:I,B", "oracle", "aimd", "gradient", "q-learning")
+CONTROLLER_NAMES = ("none", "fixed:I,B", "oracle", "aimd", "gradient", "q-learning", "q-learning-online")
 #: The evaluation's default line-up: every built-in kind, fixed at the thesis's I15/B15.
 DEFAULT_LINEUP = ("none", "fixed:15,15", "oracle", "aimd", "gradient", "q-learning")
 #: Old spelling -> current one.
@@ -124,8 +126,13 @@ def _q_learning(arg: str, ctx: ControllerContext) -> Controller:
     return AgentController(agent)
 
 
+def _q_learning_online(arg: str, ctx: ControllerContext) -> Controller:
+    _no_argument("q-learning-online", arg)
+    return _q_learning("", dataclasses.replace(ctx, online=True))
+
+
 for _kind, _factory in (("none", _none), ("fixed", _fixed), ("aimd", _aimd), ("gradient", _gradient),
-                        ("oracle", _oracle), ("q-learning", _q_learning)):
+                        ("oracle", _oracle), ("q-learning", _q_learning), ("q-learning-online", _q_learning_online)):
     register_controller(_kind, _factory)
 
 
