@@ -77,6 +77,16 @@ struct SimOptions {
   int no_control_max_inflight = 200;
   double window_s = 1.0;          // virtual seconds per window
   uint64_t seed = 0;
+  // Fast-forward (docs/sim.md): a window is simulated in chunks of ff_chunk_s; once the
+  // busy clients of both classes have stayed level (within ff_tolerance x their mean + 2)
+  // over at least two chunks holding >= ff_min_ops interactive and >= ff_min_ops / 10
+  // batch completions, the rest of the window is extrapolated from that steady segment
+  // instead of simulated. false: every window is simulated whole (the exact mode).
+  // Windows shorter than 4 chunks are always simulated whole.
+  bool fast_forward = false;
+  double ff_chunk_s = 0.005;
+  int ff_min_ops = 1000;
+  double ff_tolerance = 0.25;
 };
 
 class Simulator {
@@ -100,7 +110,10 @@ class Simulator {
   void GetThreads(int* interactive, int* batch) const;
   // Advance virtual time by one window and report it (seq counts windows from 1).
   Status RunWindow(WindowStats* out);
+  // Seconds of windows run (what the middleware's clock would show).
   double now_s() const;
+  // Virtual seconds actually simulated (less than now_s() once fast-forward skipped).
+  double virtual_s() const;
   // Events processed since creation (for benchmarks).
   uint64_t events() const;
 

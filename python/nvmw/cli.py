@@ -8,6 +8,7 @@ import pkgutil
 import sys
 
 from nvmw import commands
+from nvmw.commands import _sim_fast
 from nvmw.errors import NvmwError
 
 
@@ -27,27 +28,42 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    argv = list(argv)
+    if argv[:2] == ["sim", "run"]:
+        # A static-configuration simulator run skips the full parser (its imports take
+        # longer than the run; nvmw.commands._sim_fast).
+        try:
+            run = _sim_fast.parse(argv[2:])
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+        if run is not None:
+            return _call(run, "sim")
     try:
         parser = build_parser()  # imports every command module: a second or more
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    if argv is None:
-        argv = sys.argv[1:]
     args = parser.parse_args(argv)
     args.argv = list(argv)  # commands that re-exec themselves need the original words
+    return _call(lambda: args.func(args), args.command)
+
+
+def _call(run, command: str) -> int:
     try:
-        return int(args.func(args) or 0)
+        return int(run() or 0)
     except KeyboardInterrupt as e:
         note = getattr(e, "note", "")  # nvmw.errors.Interrupted: what the run kept
         print(f"interrupted: {note}" if note else "interrupted", file=sys.stderr)
         return 130
     except (NvmwError, OSError, ValueError, OverflowError) as e:
         # Expected failures (bad input, missing or unwritable files, pool errors): one clear line.
-        print(f"nvmw {args.command}: error: {e}", file=sys.stderr)
+        print(f"nvmw {command}: error: {e}", file=sys.stderr)
         return 1
     except MemoryError:
-        print(f"nvmw {args.command}: error: out of memory", file=sys.stderr)
+        print(f"nvmw {command}: error: out of memory", file=sys.stderr)
         return 1
 
 

@@ -100,7 +100,8 @@ void BindSim(nb::module_& m) {
           "__init__",
           [](PySimulator* self, const nb::dict& params, const DeviceProfile* device, bool control,
              int interactive_threads, int batch_threads, int max_threads, int no_control_max_inflight,
-             double window_s, uint64_t seed, const std::string& execution) {
+             double window_s, uint64_t seed, const std::string& execution, bool fast_forward,
+             int ff_min_ops, double ff_chunk_s, double ff_tolerance) {
             SimOptions o;
             o.execution = ExecutionFromName(execution);
             o.params = ParamsFromDict(params);
@@ -112,6 +113,10 @@ void BindSim(nb::module_& m) {
             o.no_control_max_inflight = no_control_max_inflight;
             o.window_s = window_s;
             o.seed = seed;
+            o.fast_forward = fast_forward;
+            o.ff_min_ops = ff_min_ops;
+            o.ff_chunk_s = ff_chunk_s;
+            o.ff_tolerance = ff_tolerance;
             new (self) PySimulator();
             self->execution = o.execution;
             ThrowIfError(Simulator::Create(o, &self->sim));
@@ -119,10 +124,14 @@ void BindSim(nb::module_& m) {
           nb::arg("params"), nb::arg("device").none() = nb::none(), nb::arg("control") = true,
           nb::arg("interactive_threads") = 15, nb::arg("batch_threads") = 15, nb::arg("max_threads") = 32,
           nb::arg("no_control_max_inflight") = 200, nb::arg("window_s") = 1.0, nb::arg("seed") = 0,
-          nb::arg("execution") = "caller-runs",
+          nb::arg("execution") = "caller-runs", nb::arg("fast_forward") = true, nb::arg("ff_min_ops") = 1000,
+          nb::arg("ff_chunk_s") = 0.005, nb::arg("ff_tolerance") = 0.25,
           "execution: \"caller-runs\" (a class's thread count is its number of permits; a sync\n"
           "request holding one runs on its client's thread) or \"handoff\" (workers run every\n"
-          "request), as Middleware's execution option.")
+          "request), as Middleware's execution option. fast_forward: once a window is in steady\n"
+          "state (busy clients level over chunks of ff_chunk_s holding >= ff_min_ops interactive\n"
+          "completions), extrapolate its rest instead of simulating it (docs/sim.md); False\n"
+          "simulates every window whole (the exact mode).")
       .def(
           "set_workload",
           [](PySimulator& self, const nb::dict& interactive, const nb::dict& batch, double start_offset_us) {
@@ -151,6 +160,7 @@ void BindSim(nb::module_& m) {
       }, "Advance one window of virtual time; the window's stats dict (as Middleware.get_stats).")
       .def_prop_ro("execution", [](const PySimulator& self) { return ExecutionName(self.execution); })
       .def_prop_ro("now_s", [](const PySimulator& self) { return self.sim->now_s(); })
+      .def_prop_ro("virtual_s", [](const PySimulator& self) { return self.sim->virtual_s(); })
       .def_prop_ro("events", [](const PySimulator& self) { return self.sim->events(); });
 }
 

@@ -4,7 +4,9 @@
 // Every job of one kind progresses at the same rate, so each kind keeps a virtual clock
 // V_k advancing at that rate; a job of `work` units arriving at V_k = v leaves when V_k
 // reaches v + work. Jobs of a kind therefore leave in tag order, and the next departure
-// is the earliest over kinds. The rate function is called only when counts change.
+// is the earliest over kinds. The rate function is called once per (kind, n0, n1) below
+// kMemo jobs of each kind (the results are memoised: rates depend on the counts only) and
+// on every count change beyond.
 #ifndef NVMW_SIM_PS_RESOURCE_H_
 #define NVMW_SIM_PS_RESOURCE_H_
 
@@ -102,10 +104,25 @@ class PsResource {
 
   void UpdateRates() {
     const int n0 = active(0), n1 = kinds_ > 1 ? active(1) : 0;
+    const bool memo = n0 < kMemo && n1 < kMemo;
     for (int k = 0; k < kinds_; k++) {
-      rate_[k] = heap_[k].empty() ? 0.0 : rate_fn_(k, n0, n1);
+      if (heap_[k].empty()) {
+        rate_[k] = 0.0;
+        continue;
+      }
+      if (!memo) {
+        rate_[k] = rate_fn_(k, n0, n1);
+        continue;
+      }
+      if (memo_.empty()) memo_.assign(size_t(kinds_) * kMemo * kMemo, -1.0);
+      double& m = memo_[(size_t(k) * kMemo + size_t(n0)) * kMemo + size_t(n1)];
+      if (m < 0) m = rate_fn_(k, n0, n1);
+      rate_[k] = m;
     }
   }
+
+  static constexpr int kMemo = 64;
+  std::vector<double> memo_;  // rate per (kind, n0, n1), -1 = not computed yet
 
   int kinds_;
   RateFn rate_fn_;

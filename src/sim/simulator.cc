@@ -22,6 +22,22 @@
 // queue; a parked worker is woken (CPU: wake_cpu) unless one is already waking for it, or
 // a busy worker takes it when it finishes; when done, a synchronous client is woken
 // (CPU: wake_cpu) and takes its next request.
+//
+// Event sources: the two classes' next scheduled arrivals (a cursor into each looped
+// schedule), the CPU, the device, and the device's idle latency (a constant per access
+// kind, so completions leave it in FIFO order: two queues, no event heap). A class's
+// client backlog (requests due while every client was busy) is a count of schedule
+// entries behind a second cursor; a request is materialised when a client takes it.
+//
+// Fast-forward (SimOptions::fast_forward): a window is simulated in chunks; once the
+// number of busy clients of both classes has stayed level for a stretch holding enough
+// completions (the steady segment), the rest of the window is extrapolated from that
+// segment instead of simulated: its latency histogram, scaled to the completions the
+// rest would have (a class with idle clients completes what the schedule offers in the
+// skipped stretch, counted exactly; a class with a backlog completes at the segment's
+// rate), and the schedules jump over the skipped stretch (a backlog grows or shrinks by
+// what was due minus what was served). Virtual time does not advance over the skip:
+// requests in flight carry on in the next window as if it had passed.
 #include "nvmw/sim.h"
 
 #include <algorithm>
@@ -35,6 +51,7 @@
 #include "sim/ps_resource.h"
 #include "sim/rr_cpu.h"
 #include "middleware/window_stats.h"
+#include "util/histogram.h"
 #include "nvmw/middleware.h"
 
 namespace nvmw {
@@ -56,14 +73,18 @@ enum CpuStage : uint64_t {
   kSpin = 5,          // permits: a synchronous waiter spinning before it parks
 };
 
-enum EventType : int { kArrival = 0, kLatencyDone = 1 };
+// A position in a class's looped schedule: entry `idx` of the loop that started at
+// virtual time `base` (ns).
+struct Cursor {
+  size_t idx = 0;
+  double base = 0;
+};
 
-struct Event {
-  double t;
-  uint64_t seq;
-  int type;
-  uint64_t arg;
-  bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+// What a stretch of schedule holds.
+struct Span {
+  uint64_t n = 0;
+  uint64_t bytes = 0;
+  uint64_t writes = 0;
 };
 
 struct SimRequest {
@@ -90,11 +111,12 @@ struct Simulator::Impl {
   sim::PsResource dev;
   std::mt19937_64 rng;
   std::lognormal_distribution<double> jitter;
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
-  uint64_t event_seq = 0;
   uint64_t processed = 0;
   double now = 0;  // ns
+  double nominal = 0;  // ns of windows reported (= now without fast-forward skips)
   uint64_t window_seq = 0;
+  // Device idle latency per access kind (0 read, 1 write): constant, so FIFO.
+  std::deque<std::pair<double, uint64_t>> latency_fifo[2];
 
   // Requests: a pool with a free list.
   std::vector<SimRequest> reqs;
@@ -102,12 +124,16 @@ struct Simulator::Impl {
 
   // Workload.
   SimClassWorkload work[2];
-  size_t next_idx[2] = {0, 0};
-  double loop_base_ns[2] = {0, 0};
-  double start_ns = 0;
-  uint32_t epoch = 0;  // bumped by SetWorkload: stale arrival events are ignored
+  std::vector<uint64_t> cum_bytes[2], cum_writes[2];  // prefix sums over the schedule
+  Cursor arrive[2];    // next scheduled request not yet due
+  Cursor take[2];      // oldest backlogged request (valid when backlog[c] > 0)
+  uint64_t backlog[2] = {0, 0};  // requests due but not yet taken by a client
+  double next_arrival[2] = {kInf, kInf};
+  uint32_t epoch = 0;  // bumped by SetWorkload: old requests no longer free clients
   int free_clients[2] = {0, 0};
-  std::deque<uint64_t> client_backlog[2];
+  // Busy clients per class, integrated over time (fast-forward's steadiness test).
+  double busy_area[2] = {0, 0};
+  double busy_since = 0;
 
   // Middleware.
   const bool permits_path;  // caller-runs, or no-control (either execution)
@@ -127,7 +153,17 @@ struct Simulator::Impl {
   uint64_t waiting[2] = {0, 0};  // per class: requests in a FIFO
   uint64_t ready[2] = {0, 0};    // per class: async requests granted, their worker waking
 
-  ClassAccum win[2];  // completed requests of the open window, per class
+  ClassAccum win[2];    // completed requests of the open window, per class
+  // Fast-forward: latencies completed since the transient, per class, and per chunk of
+  // the candidate steady segment where its completions start and its mean busy clients.
+  bool ff_collect = false;
+  std::vector<uint64_t> ff_lat[2];
+  struct FfChunk {
+    size_t first[2];
+    double busy[2];
+  };
+  std::vector<FfChunk> ff_segment;
+  Histogram seg_hist[2];
 
   explicit Impl(const SimOptions& o)
       : opt(o),
@@ -181,7 +217,6 @@ struct Simulator::Impl {
     return ns;
   }
 
-  void Push(double t, int type, uint64_t arg) { events.push({t, event_seq++, type, arg}); }
 
   uint64_t NewRequest() {
     if (!free_reqs.empty()) {
@@ -194,46 +229,134 @@ struct Simulator::Impl {
   }
 
   // ---- workload ------------------------------------------------------------------
-  void ScheduleArrival(int c) {
+  double EntryTime(int c, const Cursor& k) const { return k.base + work[c].times_us[k.idx] * 1000.0; }
+
+  // Moves cursor k to the next entry; false when a one-pass schedule is exhausted.
+  bool Next(int c, Cursor* k) const {
     const SimClassWorkload& w = work[c];
-    if (w.times_us.empty()) return;
-    if (next_idx[c] >= w.times_us.size()) {
-      if (!(w.period_us > 0)) return;
-      next_idx[c] = 0;
-      loop_base_ns[c] += w.period_us * 1000.0;
-    }
-    const double t = loop_base_ns[c] + w.times_us[next_idx[c]] * 1000.0;
-    Push(std::max(t, now), kArrival, (uint64_t(epoch) << 8) | uint64_t(c));
+    if (++k->idx < w.times_us.size()) return true;
+    if (!(w.period_us > 0)) return false;
+    k->idx = 0;
+    k->base += w.period_us * 1000.0;
+    return true;
   }
 
-  void OnArrival(uint64_t arg) {
-    const int c = int(arg & 0xff);
-    if (uint32_t(arg >> 8) != epoch) return;  // from a replaced workload
+  void ScheduleArrival(int c) {
     const SimClassWorkload& w = work[c];
-    const size_t i = next_idx[c]++;
+    if (arrive[c].idx >= w.times_us.size()) {
+      next_arrival[c] = kInf;
+      return;
+    }
+    next_arrival[c] = std::max(EntryTime(c, arrive[c]), now);
+  }
+
+  // Schedule entries [from, from + n) of class c (n may span loops): counts and sums.
+  Span SpanOf(int c, const Cursor& from, uint64_t n) const {
+    const size_t len = work[c].times_us.size();
+    Span s;
+    if (n == 0 || len == 0) return s;
+    const uint64_t tb = cum_bytes[c][len], tw = cum_writes[c][len];
+    auto add = [&](size_t a, size_t b) {  // entries [a, b) of one loop
+      s.bytes += cum_bytes[c][b] - cum_bytes[c][a];
+      s.writes += cum_writes[c][b] - cum_writes[c][a];
+    };
+    const uint64_t first = std::min<uint64_t>(n, len - from.idx);
+    add(from.idx, from.idx + first);
+    uint64_t left = n - first;
+    const uint64_t loops = left / len;
+    s.bytes += loops * tb;
+    s.writes += loops * tw;
+    left -= loops * len;
+    add(0, size_t(left));
+    s.n = n;
+    return s;
+  }
+
+  // Advances cursor k by n entries (a looped schedule).
+  void Advance(int c, Cursor* k, uint64_t n) const {
+    const SimClassWorkload& w = work[c];
+    const size_t len = w.times_us.size();
+    if (n == 0 || len == 0) return;
+    const uint64_t pos = k->idx + n;
+    if (!(w.period_us > 0)) {
+      k->idx = size_t(std::min<uint64_t>(pos, len));
+      return;
+    }
+    k->idx = size_t(pos % len);
+    k->base += double(pos / len) * w.period_us * 1000.0;
+  }
+
+  // How many entries from cursor k are due before virtual time `end`.
+  uint64_t DueBefore(int c, const Cursor& k, double end) const {
+    const SimClassWorkload& w = work[c];
+    const size_t len = w.times_us.size();
+    if (k.idx >= len) return 0;
+    const auto& t = w.times_us;
+    auto count_in_loop = [&](size_t from, double base) {  // entries >= from with time < end
+      const double lim = (end - base) / 1000.0;
+      return size_t(std::lower_bound(t.begin() + from, t.end(), lim) - t.begin()) - from;
+    };
+    const size_t first = count_in_loop(k.idx, k.base);
+    if (k.idx + first < len || !(w.period_us > 0)) return first;
+    const double period = w.period_us * 1000.0;
+    double base = k.base + period;
+    uint64_t n = first;
+    // Whole loops due before `end`: their last entry is.
+    const double last = t.back() * 1000.0;
+    if (base + last < end) {
+      const uint64_t loops = uint64_t(std::floor((end - base - last) / period)) + 1;
+      n += loops * len;
+      base += double(loops) * period;
+    }
+    return n + count_in_loop(0, base);
+  }
+
+  SimRequest& Materialise(int c, const Cursor& k, uint64_t* id_out) {
+    const SimClassWorkload& w = work[c];
     const uint64_t id = NewRequest();
     SimRequest& r = reqs[id];
+    r = SimRequest();
     r.cls = c;
-    r.write = w.writes[i] != 0;
+    r.write = w.writes[k.idx] != 0;
     r.async = w.async && opt.control;  // no-control runs async requests inline
-    r.bytes = w.bytes[i];
-    r.sched_ns = now;
+    r.bytes = w.bytes[k.idx];
+    r.sched_ns = EntryTime(c, k);
     r.epoch = epoch;
-    if (free_clients[c] > 0) {
+    *id_out = id;
+    return r;
+  }
+
+  void NoteBusy() {
+    const double dt = now - busy_since;
+    if (dt > 0) {
+      for (int c = 0; c < 2; c++) busy_area[c] += dt * (work[c].clients - free_clients[c]);
+      busy_since = now;
+    }
+  }
+
+  void OnArrival(int c) {
+    if (free_clients[c] > 0 && backlog[c] == 0) {
+      uint64_t id = 0;
+      Materialise(c, arrive[c], &id);
+      NoteBusy();
       free_clients[c]--;
       CpuAdd(CpuCost(opt.params.client_cpu_us), (id << 3) | kClientIssue);
     } else {
-      client_backlog[c].push_back(id);
+      if (backlog[c]++ == 0) take[c] = arrive[c];
     }
+    if (!Next(c, &arrive[c])) arrive[c].idx = work[c].times_us.size();
     ScheduleArrival(c);
   }
 
   void ClientFree(int c) {
-    if (!client_backlog[c].empty()) {
-      const uint64_t id = client_backlog[c].front();
-      client_backlog[c].pop_front();
+    if (backlog[c] > 0) {
+      uint64_t id = 0;
+      Materialise(c, take[c], &id);
+      backlog[c]--;
+      Next(c, &take[c]);
       CpuAdd(CpuCost(opt.params.client_cpu_us), (id << 3) | kClientIssue);
     } else {
+      NoteBusy();
       free_clients[c]++;
     }
   }
@@ -351,7 +474,7 @@ struct Simulator::Impl {
     const SimRequest& r = reqs[id];
     const double lat = device.LatencyNs(r.write ? DeviceOp::kWrite : DeviceOp::kRead);
     if (lat > 0) {
-      Push(now + lat, kLatencyDone, id);
+      latency_fifo[r.write ? 1 : 0].emplace_back(now + lat, id);
     } else {
       Complete(id);
     }
@@ -360,7 +483,9 @@ struct Simulator::Impl {
   void Complete(uint64_t id) {
     const SimRequest& r = reqs[id];
     const int c = r.cls;
-    win[c].Record(uint64_t(std::max(0.0, now - r.issue_ns)), r.bytes, r.write, false);
+    const uint64_t lat = uint64_t(std::max(0.0, now - r.issue_ns));
+    win[c].Record(lat, r.bytes, r.write, false);
+    if (ff_collect) ff_lat[c].push_back(lat);
     if (permits_path) {
       PermitPool& p = PoolOf(c);
       p.in_use--;
@@ -443,10 +568,13 @@ struct Simulator::Impl {
   // ---- the loop ------------------------------------------------------------------
   void RunUntil(double end) {
     for (;;) {
-      const double te = events.empty() ? kInf : events.top().t;
+      const double ta = std::min(next_arrival[0], next_arrival[1]);
+      const double tl0 = latency_fifo[0].empty() ? kInf : latency_fifo[0].front().first;
+      const double tl1 = latency_fifo[1].empty() ? kInf : latency_fifo[1].front().first;
+      const double tl = std::min(tl0, tl1);
       const double tc = CpuNext();
       const double td = dev.NextDeparture();
-      const double t = std::min(te, std::min(tc, td));
+      const double t = std::min(std::min(ta, tl), std::min(tc, td));
       if (!(t <= end)) break;
       now = std::max(now, t);
       processed++;
@@ -455,17 +583,129 @@ struct Simulator::Impl {
         if (CpuStep(&job)) OnCpuDone(job);
       } else if (t == td) {
         AfterDevice(dev.PopNext(now));
+      } else if (t == tl) {
+        auto& q = latency_fifo[tl0 <= tl1 ? 0 : 1];
+        const uint64_t id = q.front().second;
+        q.pop_front();
+        Complete(id);
       } else {
-        const Event e = events.top();
-        events.pop();
-        if (e.type == kArrival) {
-          OnArrival(e.arg);
-        } else {
-          Complete(e.arg);
-        }
+        OnArrival(next_arrival[0] <= next_arrival[1] ? 0 : 1);
       }
     }
     now = std::max(now, end);
+  }
+
+  // Runs one window of `len` ns. Without fast-forward: all of it. With: in chunks; the
+  // chunks after the first two (the transient a thread change or phase switch starts)
+  // form the candidate steady segment. Once it holds at least four chunks and enough
+  // completions, it is tested: the mean busy clients of its first and second halves must
+  // agree within ff_tolerance x the larger + 2, per class. Level: the rest of the window
+  // is extrapolated from it. Not level: its first half becomes transient (simulated,
+  // counted once) and the segment grows on.
+  void RunWindowBody(double len) {
+    const double chunk_ns = opt.ff_chunk_s * 1e9;
+    if (!opt.fast_forward || len < 8 * chunk_ns) {
+      RunUntil(now + len);
+      return;
+    }
+    std::vector<FfChunk>& segment = ff_segment;
+    segment.clear();
+    for (int c = 0; c < 2; c++) ff_lat[c].clear();
+    double done = 0;
+    int chunks = 0;
+    while (done < len) {
+      const double step = std::min(chunk_ns, len - done);
+      if (chunks == 2) ff_collect = true;  // the transient is over: collect the segment
+      FfChunk k;
+      for (int c = 0; c < 2; c++) k.first[c] = ff_lat[c].size();
+      NoteBusy();
+      const double area0[2] = {busy_area[0], busy_area[1]};
+      RunUntil(now + step);
+      NoteBusy();
+      done += step;
+      chunks++;
+      if (step < chunk_ns || chunks <= 2) continue;  // partial last chunk, or the transient
+      for (int c = 0; c < 2; c++) k.busy[c] = (busy_area[c] - area0[c]) / step;
+      segment.push_back(k);
+      const double rest = len - done;
+      if (rest < chunk_ns || segment.size() < 4) continue;
+      if (!Enough(kI, opt.ff_min_ops) || !Enough(kB, std::max(1, opt.ff_min_ops / 10))) continue;
+      const size_t half = segment.size() / 2;
+      bool level = true;
+      for (int c = 0; c < 2; c++) {
+        double m1 = 0, m2 = 0;
+        for (size_t i = 0; i < segment.size(); i++) (i < half ? m1 : m2) += segment[i].busy[c];
+        m1 /= double(half);
+        m2 /= double(segment.size() - half);
+        if (std::fabs(m1 - m2) > opt.ff_tolerance * std::max(m1, m2) + 2.0) level = false;
+      }
+      if (level) {
+        ff_collect = false;
+        for (int c = 0; c < 2; c++) {
+          seg_hist[c].Clear();
+          for (size_t i = segment.front().first[c]; i < ff_lat[c].size(); i++) seg_hist[c].Record(ff_lat[c][i]);
+        }
+        Skip(rest, double(segment.size()) * chunk_ns);
+        return;
+      }
+      segment.erase(segment.begin(), segment.begin() + long(half));
+    }
+    ff_collect = false;
+  }
+
+  // Whether the segment holds enough completions of class c: `min_ops`, or, for a class
+  // whose schedule offers fewer in a whole window, that many (so that a sparse class is
+  // simulated for about the whole window; nothing for a class offering less than one).
+  bool Enough(int c, int64_t min_ops) const {
+    const SimClassWorkload& w = work[c];
+    if (w.times_us.empty()) return true;
+    const double span_us = w.period_us > 0 ? w.period_us : w.times_us.back() + 1.0;
+    const double per_window = double(w.times_us.size()) / span_us * opt.window_s * 1e6;
+    const double need = std::floor(std::min(double(min_ops), per_window));
+    return double(ff_lat[c].size() - ff_segment.front().first[c]) >= need;
+  }
+
+  // Extrapolates `rest` ns of steady state from the segment (`seg_len` ns) and moves the
+  // schedules over it.
+  void Skip(double rest, double seg_len) {
+    for (int c = 0; c < 2; c++) {
+      const size_t len = work[c].times_us.size();
+      // What the schedule offers in the skipped stretch (from the next due entry).
+      const double end = now + rest;
+      const uint64_t due = len == 0 ? 0 : DueBefore(c, arrive[c], end);
+      const Span offered = SpanOf(c, arrive[c], due);
+      Span served;
+      const double seg_n = double(seg_hist[c].count());
+      if (backlog[c] == 0 && free_clients[c] > 0) {
+        // Clients keep up: the stretch completes what it offers.
+        served = offered;
+      } else {
+        // Every client busy: the stretch completes at the segment's rate, from the backlog
+        // first (oldest), then from what falls due.
+        const uint64_t rate_n = uint64_t(std::llround(seg_n * rest / seg_len));
+        const uint64_t n = std::min<uint64_t>(rate_n, backlog[c] + due);
+        const uint64_t from_backlog = std::min<uint64_t>(n, backlog[c]);
+        Span a = SpanOf(c, take[c], from_backlog);
+        if (backlog[c] == 0) take[c] = arrive[c];
+        Advance(c, &take[c], n);
+        Span b = SpanOf(c, arrive[c], n - from_backlog);
+        served.n = n;
+        served.bytes = a.bytes + b.bytes;
+        served.writes = a.writes + b.writes;
+        backlog[c] = backlog[c] + due - n;
+      }
+      if (seg_n > 0 && served.n > 0) {
+        win[c].latency_ns.MergeScaled(seg_hist[c], double(served.n) / seg_n);
+        win[c].bytes += served.bytes;
+        win[c].writes += served.writes;
+      }
+      // The schedule jumps over the stretch: what fell due in it is skipped (or now in
+      // the backlog), and the next entry is due `rest` earlier than it was.
+      Advance(c, &arrive[c], due);
+      arrive[c].base -= rest;
+      if (backlog[c] > 0) take[c].base -= rest;
+      ScheduleArrival(c);
+    }
   }
 
   // Closes class c's window: the middleware's own window arithmetic. The queue is not
@@ -497,6 +737,10 @@ Status Simulator::Create(const SimOptions& o, std::unique_ptr<Simulator>* out) {
       !Finite(p.cores) || !Finite(p.client_cpu_us) || !Finite(p.wake_cpu_us) || !Finite(p.op_cpu_us) ||
       !Finite(p.copy_bytes_per_ns) || !Finite(p.jitter)) {
     return Status::InvalidArgument("sim params out of range: cores > 0, 0 <= background < 1, costs >= 0, copy > 0, quantum >= 0, spin >= 0");
+  }
+  if (!(o.ff_chunk_s > 0) || !Finite(o.ff_chunk_s) || o.ff_min_ops < 1 || !(o.ff_tolerance >= 0) ||
+      !Finite(o.ff_tolerance)) {
+    return Status::InvalidArgument("fast-forward options: ff_chunk_s > 0, ff_min_ops >= 1, ff_tolerance >= 0");
   }
   if (!o.device.passthrough) {
     Status s = ValidateDeviceProfile(o.device);
@@ -533,24 +777,31 @@ Status Simulator::SetWorkload(const SimClassWorkload& interactive, const SimClas
     return Status::InvalidArgument("start_offset_us must be >= 0");
   }
   Impl& m = *impl_;
+  m.NoteBusy();
   m.epoch++;
   for (int c = 0; c < 2; c++) {
     m.work[c] = *ws[c];
     m.free_clients[c] = m.work[c].clients;
     // Backlogged requests of the old workload are dropped (never issued).
-    for (uint64_t id : m.client_backlog[c]) m.free_reqs.push_back(id);
-    m.client_backlog[c].clear();
-    // Start `start_offset_us` into the (looped) schedule.
+    m.backlog[c] = 0;
     const SimClassWorkload& w = m.work[c];
-    m.next_idx[c] = 0;
-    m.loop_base_ns[c] = m.now;
-    if (!w.times_us.empty()) {
+    const size_t n = w.times_us.size();
+    m.cum_bytes[c].assign(n + 1, 0);
+    m.cum_writes[c].assign(n + 1, 0);
+    for (size_t i = 0; i < n; i++) {
+      m.cum_bytes[c][i + 1] = m.cum_bytes[c][i] + w.bytes[i];
+      m.cum_writes[c][i + 1] = m.cum_writes[c][i] + (w.writes[i] ? 1 : 0);
+    }
+    // Start `start_offset_us` into the (looped) schedule.
+    m.arrive[c] = Cursor{0, m.now};
+    if (n > 0) {
       double off = start_offset_us;
       if (w.period_us > 0) off = std::fmod(off, w.period_us);
       const size_t i = size_t(std::lower_bound(w.times_us.begin(), w.times_us.end(), off) - w.times_us.begin());
-      m.next_idx[c] = i;
-      m.loop_base_ns[c] = m.now - off * 1000.0;
+      m.arrive[c] = Cursor{i, m.now - off * 1000.0};
+      if (i == n && w.period_us > 0) m.arrive[c] = Cursor{0, m.now - off * 1000.0 + w.period_us * 1000.0};
     }
+    m.take[c] = m.arrive[c];
     m.ScheduleArrival(c);
   }
   return Status::OK();
@@ -573,9 +824,10 @@ void Simulator::GetThreads(int* interactive, int* batch) const {
 Status Simulator::RunWindow(WindowStats* out) {
   if (out == nullptr) return Status::InvalidArgument("RunWindow needs an output");
   Impl& m = *impl_;
-  const double start = m.now;
+  const double start = m.nominal;
   const double secs = m.opt.window_s;
-  m.RunUntil(start + secs * 1e9);
+  m.RunWindowBody(secs * 1e9);
+  m.nominal += secs * 1e9;
   WindowStats w;
   w.seq = ++m.window_seq;
   w.start_s = start / 1e9;
@@ -592,7 +844,8 @@ Status Simulator::RunWindow(WindowStats* out) {
   return Status::OK();
 }
 
-double Simulator::now_s() const { return impl_->now / 1e9; }
+double Simulator::now_s() const { return impl_->nominal / 1e9; }
+double Simulator::virtual_s() const { return impl_->now / 1e9; }
 uint64_t Simulator::events() const { return impl_->processed; }
 
 }  // namespace nvmw

@@ -59,6 +59,35 @@ void Histogram::Merge(const Histogram& other) {
   highest_used_ = std::max(highest_used_, other.highest_used_);
 }
 
+void Histogram::MergeScaled(const Histogram& other, double factor) {
+  if (other.count_ == 0 || !(factor > 0)) return;
+  if (static_cast<size_t>(other.highest_used_) >= buckets_.size()) {
+    buckets_.resize(static_cast<size_t>(other.highest_used_) + 1, 0);
+  }
+  double carried = 0;   // exact scaled count so far
+  uint64_t added = 0;   // whole samples added so far
+  int lo = kNumBuckets, hi = -1;
+  for (int i = other.lowest_used_; i <= other.highest_used_; ++i) {
+    if (other.buckets_[i] == 0) continue;
+    carried += static_cast<double>(other.buckets_[i]) * factor;
+    const uint64_t upto = static_cast<uint64_t>(std::llround(carried));
+    const uint64_t n = upto > added ? upto - added : 0;
+    if (n == 0) continue;
+    buckets_[i] += n;
+    added += n;
+    lo = std::min(lo, i);
+    hi = std::max(hi, i);
+  }
+  if (added == 0) return;
+  count_ += added;
+  sum_ += static_cast<uint64_t>(std::llround(static_cast<long double>(other.sum_) * factor));
+  sum_squares_ += static_cast<unsigned __int128>(static_cast<long double>(other.sum_squares_) * factor);
+  min_ = std::min(min_, other.min_);
+  max_ = std::max(max_, other.max_);
+  lowest_used_ = std::min(lowest_used_, lo);
+  highest_used_ = std::max(highest_used_, hi);
+}
+
 void Histogram::Clear() {
   if (highest_used_ >= lowest_used_) {
     std::fill(buckets_.begin() + lowest_used_, buckets_.begin() + highest_used_ + 1, 0);

@@ -31,6 +31,12 @@ class Histogram {
   void Record(uint64_t value);
   // Adds every sample of `other` (histograms of the same layout always merge exactly).
   void Merge(const Histogram& other);
+  // Adds the samples of `other` as if each had been seen `factor` (>= 0) times: bucket
+  // counts are scaled with the rounding carried from bucket to bucket, so the count
+  // grows by round(factor * other.count()); sum and sum of squares scale by `factor`,
+  // min and max are other's. For extrapolating a sample to a longer stretch (the
+  // simulator's steady-state fast-forward).
+  void MergeScaled(const Histogram& other, double factor);
   // Forgets all samples. Cost is proportional to the buckets actually used.
   void Clear();
 

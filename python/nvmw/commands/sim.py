@@ -44,6 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--window", type=float_in(0.0, 3600.0), default=None)
     q.add_argument("--windows", type=positive_int, default=8)
     q.add_argument("--seed", type=nonneg_int, default=1)
+    q.add_argument("--exact", action="store_true", help="simulate every window whole (no fast-forward)")
     q.add_argument("--plot", default=None, help="also write a PNG of real vs simulated p99")
     q.set_defaults(func=_check)
 
@@ -56,6 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--device", default="optane-1dimm")
     q.add_argument("--params", default=None)
     q.add_argument("--seed", type=nonneg_int, default=0)
+    q.add_argument("--exact", action="store_true",
+                   help="simulate every window whole instead of fast-forwarding its steady rest (docs/sim.md)")
     q.set_defaults(func=_run)
 
 
@@ -82,7 +85,8 @@ def _check(args) -> int:
     window = args.window or float(run.get("window_s", 0.1))
     params = load_params(args.params, device)
     real = per_config(rows)
-    sim = simulate_sweep(real, params, window_s=window, windows=args.windows, device=device, seed=args.seed)
+    sim = simulate_sweep(real, params, window_s=window, windows=args.windows, device=device, seed=args.seed,
+                         exact=args.exact)
     report = compare(real, sim)
     if args.plot:
         plot_check(real, sim, args.plot, title=f"{device}, window {window} s")
@@ -102,5 +106,5 @@ def _run(args) -> int:
         controller = f"fixed:{i},{b}" if control else "none"
     simulate_phase(args.phase, windows=args.windows, controller=controller,
                    window_s=args.window, device=args.device, params=args.params, seed=args.seed,
-                   on_window=lambda row: print(json.dumps(row)))
+                   on_window=lambda row: print(json.dumps(row)), exact=args.exact)
     return 0

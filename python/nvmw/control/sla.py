@@ -11,7 +11,6 @@ import math
 import os
 import sys
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any, Mapping
 
 if sys.version_info >= (3, 11):
@@ -186,6 +185,8 @@ def reward(p99_us: float, throughput: float, spec: SLASpec) -> float:
 
 
 def sla_dir() -> str:
+    from importlib import resources  # on first use: the import costs more than a simulator episode
+
     return str(resources.files("nvmw") / "data" / "sla")
 
 

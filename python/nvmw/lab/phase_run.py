@@ -10,6 +10,7 @@ from nvmw.control.sla import SLASpec, load_spec
 from nvmw.lab.lineup import ControllerContext, make_controller
 from nvmw.rl.envs import RealEnv
 from nvmw.rl.sim import SimEnv
+from nvmw.rl.simrun import run_static, static_config
 from nvmw.workloads.phases import Phase, load_phase
 
 #: Where a run starts when its controller states no starting threads of its own.
@@ -71,16 +72,23 @@ def run_phase(phase: Union[Phase, int, str], *, duration_s: float = 30.0, contro
 def simulate_phase(phase: int, *, windows: int = 10, controller: Any = "fixed:15,15", window_s: float = 0.1,
                    device: str = "optane-1dimm", params: Any = None, seed: int = 0,
                    sla: Union[SLASpec, str, None] = None,
-                   on_window: Optional[Callable[[dict], None]] = None) -> list[dict]:
+                   on_window: Optional[Callable[[dict], None]] = None, exact: bool = False) -> list[dict]:
     """`windows` simulated windows of a shipped phase under `controller` (a name or an
     object), starting at the controller's `initial_threads` (else 15/15); `sla` as SimEnv
-    takes it (default the shipped calibrated spec). One row per window: phase, threads,
-    reward, interactive p99, ops/s, batch ops/s and both queue lengths."""
+    takes it (default the shipped calibrated spec); `exact` as SimEnv's. One row per
+    window: phase, threads, reward, interactive p99, ops/s, batch ops/s and both queue
+    lengths. A static configuration named "none" or "fixed:I,B" runs without the
+    Gymnasium env (`nvmw.rl.simrun.run_static`, same rows)."""
+    static = static_config(controller)
+    if static is not None:
+        control, i, b = static
+        return run_static(phase, windows=windows, control=control, threads=(i, b), window_s=window_s,
+                          device=device, params=params, seed=seed, sla=sla, exact=exact, on_window=on_window)
     spec = sla if isinstance(sla, SLASpec) else load_spec(sla)
     ctl = make_controller(controller, ControllerContext(sla=spec, device=device))
     ctl.reset()
     env = SimEnv(phase, window_s=window_s, device=device, params=params, sla=spec,
-                 control=bool(getattr(ctl, "requires_control", True)), max_episode_steps=max(1, windows))
+                 control=bool(getattr(ctl, "requires_control", True)), max_episode_steps=max(1, windows), exact=exact)
     start = getattr(ctl, "initial_threads", None) or DEFAULT_START
     rows: list[dict] = []
 

@@ -27,11 +27,11 @@ def per_config(rows: Sequence[Mapping[str, Any]]) -> dict:
 
 
 def simulate_sweep(rows_or_configs, params: Mapping, *, window_s: float, windows: int = 4, settle_windows: int = 1,
-                   device: str = "optane-1dimm", seed: int = 0, sla: Any = None) -> dict:
+                   device: str = "optane-1dimm", seed: int = 0, sla: Any = None, exact: bool = False) -> dict:
     """Run the sweep's configurations through the simulator as the calibration sweep runs
     them (`nvmw.lab.calibration.sweep_env`: one simulator per phase, set_threads, settle,
     measure; (0, 0) = a no-control run of the phase); returns per_config() of the
-    simulated windows."""
+    simulated windows. `exact` as SimEnv's (False: fast-forward)."""
     if isinstance(rows_or_configs, Mapping):
         keys = sorted(rows_or_configs)
     else:
@@ -44,7 +44,7 @@ def simulate_sweep(rows_or_configs, params: Mapping, *, window_s: float, windows
     for ph, configs in sorted(by_phase.items()):
         if (0, 0) in configs:
             env = SimEnv(ph, window_s=window_s, device=device, params=dict(params), sla=sla, control=False,
-                         max_episode_steps=10**9)
+                         max_episode_steps=10**9, exact=exact)
             env.reset(seed=seed + ph)
             for k in range(settle_windows + windows):
                 info = env.step(0)[4]
@@ -53,7 +53,8 @@ def simulate_sweep(rows_or_configs, params: Mapping, *, window_s: float, windows
                                      "p99_us": info["p99_us"], "throughput": info["throughput"]})
         controlled = [c for c in configs if c != (0, 0)]
         if controlled:
-            env = SimEnv(ph, window_s=window_s, device=device, params=dict(params), sla=sla, max_episode_steps=10**9)
+            env = SimEnv(ph, window_s=window_s, device=device, params=dict(params), sla=sla, max_episode_steps=10**9,
+                         exact=exact)
             out_rows += sweep_env(env, phases=(ph,), configs=controlled, windows=windows,
                                   settle_windows=settle_windows, seed=seed)
     return per_config(out_rows)

@@ -11,12 +11,12 @@ with their offered load stated relative to this machine's measured capacity
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union
-
-import numpy as np
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -303,22 +303,60 @@ class PhaseWorkload:
 
 def _sim_class_workload(spec, trace, accel: float) -> dict:
     recs = trace.records()
-    t = np.array([r[0] for r in recs], dtype=np.float64)
-    t = (t - t[0]) / accel
-    span = float(t[-1]) if len(t) else 0.0
+    t0 = float(recs[0][0]) if recs else 0.0
+    t = [(float(r[0]) - t0) / accel for r in recs]
+    span = float(t[-1]) if t else 0.0
     # As the replay loops: one mean gap closes the loop (nvmw/src/workload/replay.cc).
     gap = span / (len(t) - 1) if len(t) > 1 and span > 0 else 1e6 / accel
-    return {"times_us": t.tolist(), "writes": [1 if r[1] == "write" else 0 for r in recs],
+    return {"times_us": t, "writes": [1 if r[1] == "write" else 0 for r in recs],
             "bytes": [int(r[3]) for r in recs], "period_us": span + max(gap, 1e-3),
             "clients": int(spec.clients)}
+
+
+#: Bumped when the cached form of phase_workloads changes.
+_WORKLOAD_CACHE_VERSION = 1
+
+
+def workload_cache_dir() -> Optional[str]:
+    """Where phase_workloads keeps its results between processes: $NVMW_CACHE_DIR, else
+    $XDG_CACHE_HOME/nvmw, else ~/.cache/nvmw (each + /sim-workloads); NVMW_CACHE_DIR=""
+    turns the cache off."""
+    root = os.environ.get("NVMW_CACHE_DIR")
+    if root is None:
+        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+                            "nvmw")
+    return os.path.join(root, "sim-workloads") if root else None
+
+
+def _workload_cache_path(ph: "Phase", seed: int, rate_scale: float) -> Optional[str]:
+    root = workload_cache_dir()
+    if root is None:
+        return None
+    try:
+        core = os.stat(_core.__file__)  # the trace synthesis is the core's: a rebuilt core misses
+        stamp = f"{core.st_size}:{core.st_mtime_ns}"
+    except (OSError, AttributeError):
+        stamp = "?"
+    key = repr((_WORKLOAD_CACHE_VERSION, ph, int(seed), float(rate_scale), stamp))
+    return os.path.join(root, f"phase{ph.number}-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json")
 
 
 @functools.lru_cache(maxsize=64)
 def phase_workloads(phase: int, seed: int, rate_scale: float = 1.0) -> tuple[dict, dict, float]:
     """(interactive, batch, offered ops/s) of a shipped phase as the simulator takes them
     (arrival times, write flags, sizes, loop period, clients per class), built from the
-    very traces `PhaseWorkload(phase, seed=seed)` replays."""
+    very traces `PhaseWorkload(phase, seed=seed)` replays. Kept in memory and on disk
+    (`workload_cache_dir`, keyed by the phase definition, seed, rate scale and the core
+    build), since synthesising the traces takes longer than simulating an episode."""
     ph = load_phase(int(phase))
+    path = _workload_cache_path(ph, seed, rate_scale)
+    if path is not None:
+        try:
+            with open(path) as fh:
+                wi, wb, offered = json.load(fh)
+            return wi, wb, float(offered)
+        except (OSError, ValueError, TypeError):
+            pass
     out = []
     offered = 0.0
     for spec, prefix, salt in ((ph.interactive, "i/", 0), (ph.batch, "b/", 7919)):
@@ -326,8 +364,17 @@ def phase_workloads(phase: int, seed: int, rate_scale: float = 1.0) -> tuple[dic
         w = _sim_class_workload(spec, trace, _accel(spec, trace, rate_scale))
         offered += len(w["times_us"]) / (w["period_us"] / 1e6)
         out.append(w)
+    if path is not None:
+        try:  # written whole, then renamed: a reader never sees half a file
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as fh:
+                json.dump([out[0], out[1], offered], fh)
+            os.replace(tmp, path)
+        except OSError:
+            pass
     return out[0], out[1], offered
 
 
 __all__ = ["ClassWorkload", "Phase", "PhaseWorkload", "load_phase", "list_phases", "build_trace",
-           "phase_workloads", "describe_phase_set", "PHASE_DIR", "DEFAULT_PHASES", "PACE_KEYS"]
+           "phase_workloads", "workload_cache_dir", "describe_phase_set", "PHASE_DIR", "DEFAULT_PHASES", "PACE_KEYS"]

@@ -575,5 +575,112 @@ TEST(SimulatorTest, BadInputIsRefused) {
   EXPECT_TRUE(sim->RunWindow(nullptr).IsInvalidArgument());
 }
 
+// ---- fast-forward ------------------------------------------------------------------
+
+SimOptions FastForwardOptions(bool on) {
+  SimOptions o;
+  o.params = Exact();
+  o.params.jitter = 0.5;  // a latency distribution with a tail
+  o.interactive_threads = 4;
+  o.batch_threads = 2;
+  o.window_s = 1.0;
+  o.fast_forward = on;
+  o.seed = 3;
+  return o;
+}
+
+TEST(SimulatorFastForwardTest, SteadyWindowsMatchTheExactModeAndSkipMostOfTheWindow) {
+  auto exact = Make(FastForwardOptions(false));
+  auto fast = Make(FastForwardOptions(true));
+  // 10k interactive ops/s of 100 B, 1k batch ops/s of 64 KB: steady, far from capacity.
+  for (Simulator* s : {exact.get(), fast.get()}) {
+    ASSERT_TRUE(s->SetWorkload(Paced(1000, 100, 100, false, 50), Paced(100, 1000, 65536, true, 20)).ok());
+  }
+  WindowStats e, f;
+  for (int k = 0; k < 3; k++) {
+    ASSERT_TRUE(exact->RunWindow(&e).ok());
+    ASSERT_TRUE(fast->RunWindow(&f).ok());
+  }
+  EXPECT_DOUBLE_EQ(exact->virtual_s(), 3.0);
+  EXPECT_DOUBLE_EQ(fast->now_s(), 3.0);
+  EXPECT_LT(fast->virtual_s(), 1.0);  // most of each window was extrapolated
+  EXPECT_EQ(f.seq, 3u);
+  EXPECT_DOUBLE_EQ(f.start_s, 2.0);
+  // The schedule offers exactly 10k and 1k ops/s; the skipped stretches count what they offer.
+  EXPECT_NEAR(f.interactive.ops_per_s, e.interactive.ops_per_s, 20);
+  EXPECT_NEAR(f.batch.ops_per_s, e.batch.ops_per_s, 5);
+  EXPECT_NEAR(f.batch.bytes_per_s, e.batch.bytes_per_s, e.batch.bytes_per_s * 0.01);
+  EXPECT_DOUBLE_EQ(f.batch.write_ratio, 1.0);
+  EXPECT_NEAR(f.interactive.p50_us, e.interactive.p50_us, e.interactive.p50_us * 0.1);
+  EXPECT_NEAR(f.interactive.p99_us, e.interactive.p99_us, e.interactive.p99_us * 0.25);
+}
+
+TEST(SimulatorFastForwardTest, SaturatedClassRunsAtItsRateAndKeepsItsBacklog) {
+  // One core, 100 us per op: 10k ops/s at most, 20k offered by 1000 clients.
+  SimOptions o = FastForwardOptions(true);
+  o.params.cores = 1;
+  o.params.jitter = 0;
+  o.params.op_cpu_us = 100;
+  o.interactive_threads = 1;
+  o.batch_threads = 1;
+  o.window_s = 0.5;
+  auto fast = Make(o);
+  o.fast_forward = false;
+  auto exact = Make(o);
+  for (Simulator* s : {exact.get(), fast.get()}) {
+    ASSERT_TRUE(s->SetWorkload(Paced(1000, 50, 8, true, 1000), Paced(1, 1e7, 8, false, 1)).ok());
+  }
+  WindowStats e, f;
+  for (int k = 0; k < 4; k++) {
+    ASSERT_TRUE(exact->RunWindow(&e).ok());
+    ASSERT_TRUE(fast->RunWindow(&f).ok());
+  }
+  EXPECT_LT(fast->virtual_s(), 1.5);
+  EXPECT_NEAR(f.interactive.ops_per_s, 10000, 100);
+  EXPECT_EQ(f.interactive.queue_len_end, e.interactive.queue_len_end);  // every client waits
+  // Both have built the same backlog (10k due per second beyond what is served): with
+  // 4 permits on 4 cores it is worked off at 40k ops/s in both.
+  o.params.cores = 4;
+  for (Simulator* s : {exact.get(), fast.get()}) ASSERT_TRUE(s->SetThreads(4, 1).ok());
+  ASSERT_TRUE(exact->RunWindow(&e).ok());
+  ASSERT_TRUE(fast->RunWindow(&f).ok());
+  EXPECT_NEAR(f.interactive.ops_per_s, e.interactive.ops_per_s, e.interactive.ops_per_s * 0.02);
+}
+
+TEST(SimulatorFastForwardTest, ARampIsSimulatedNotExtrapolated) {
+  // 200 clients, 100 ops/s each offered against 1 permit of 1 ms: the permit FIFO fills
+  // for about 200 ms. A window that starts with that ramp must simulate through it.
+  SimOptions o = FastForwardOptions(true);
+  o.params.jitter = 0;
+  o.params.op_cpu_us = 1000;
+  o.interactive_threads = 1;
+  o.window_s = 0.4;
+  auto fast = Make(o);
+  o.fast_forward = false;
+  auto exact = Make(o);
+  for (Simulator* s : {exact.get(), fast.get()}) {
+    ASSERT_TRUE(s->SetWorkload(Paced(2000, 50, 8, false, 200), Paced(1, 1e7, 8, false, 1)).ok());
+  }
+  WindowStats e, f;
+  ASSERT_TRUE(exact->RunWindow(&e).ok());
+  ASSERT_TRUE(fast->RunWindow(&f).ok());
+  EXPECT_GT(fast->virtual_s(), 0.2);
+  EXPECT_EQ(f.interactive.queue_len_end, e.interactive.queue_len_end);
+  EXPECT_NEAR(f.interactive.ops_per_s, e.interactive.ops_per_s, e.interactive.ops_per_s * 0.02);
+}
+
+TEST(SimulatorFastForwardTest, BadOptionsAreRefused) {
+  SimOptions o = FastForwardOptions(true);
+  std::unique_ptr<Simulator> s;
+  o.ff_chunk_s = 0;
+  EXPECT_FALSE(Simulator::Create(o, &s).ok());
+  o = FastForwardOptions(true);
+  o.ff_min_ops = 0;
+  EXPECT_FALSE(Simulator::Create(o, &s).ok());
+  o = FastForwardOptions(true);
+  o.ff_tolerance = -1;
+  EXPECT_FALSE(Simulator::Create(o, &s).ok());
+}
+
 }  // namespace
 }  // namespace nvmw

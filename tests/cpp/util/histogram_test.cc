@@ -194,5 +194,26 @@ TEST(HistogramTest, MergeIntoEmptyAndLargeAfterSmall) {
   EXPECT_EQ(large.Percentile(100), 7.0);
 }
 
+TEST(HistogramTest, MergeScaledMultipliesCountsAndMoments) {
+  Histogram a, scaled;
+  for (uint64_t v = 1000; v < 2000; v += 10) a.Record(v);  // 100 samples
+  scaled.Record(5);
+  scaled.MergeScaled(a, 2.5);
+  EXPECT_EQ(scaled.count(), 1u + 250u);
+  EXPECT_EQ(scaled.min(), 5u);
+  EXPECT_EQ(scaled.max(), 1990u);
+  EXPECT_EQ(scaled.sum(), 5u + static_cast<uint64_t>(std::llround(2.5 * a.sum())));
+  // Percentiles of the scaled samples are those of `a` (the one small sample aside).
+  EXPECT_NEAR(scaled.Percentile(50), a.Percentile(50), a.Percentile(50) * 0.02);
+  EXPECT_NEAR(scaled.Percentile(99), a.Percentile(99), a.Percentile(99) * 0.01);
+  // Scaling by less than one keeps round(factor * count) samples.
+  Histogram thin;
+  thin.MergeScaled(a, 0.1);
+  EXPECT_EQ(thin.count(), 10u);
+  Histogram none;
+  none.MergeScaled(a, 0.0);
+  EXPECT_EQ(none.count(), 0u);
+}
+
 }  // namespace
 }  // namespace nvmw

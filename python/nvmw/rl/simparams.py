@@ -1,0 +1,67 @@
+"""The simulator's parameter files (`nvmw/data/sim/<device>.json`, written by `nvmw sim
+fit`): load, save, list. Standard library only, so that a fixed-configuration simulator
+run (`nvmw.rl.simrun`) starts without NumPy or Gymnasium; `nvmw.rl.sim` re-exports all of
+it."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Mapping
+
+from nvmw import _core
+
+SIM_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "sim")
+PARAM_NAMES = tuple(_core.SIM_PARAM_NAMES)
+#: Parameters the fit moves by default (cores is the machine's, not fitted).
+FIT_NAMES = ("background", "client_cpu_us", "wake_cpu_us", "op_cpu_us", "copy_bytes_per_ns", "jitter",
+             "quantum_us")
+
+
+def default_params() -> dict:
+    """The C++ defaults (a rough 2-core VM; use a fitted file for measurements)."""
+    return dict(_core.sim_default_params())
+
+
+def load_params(name_or_path: "str | os.PathLike | Mapping | None" = None, device: str = "optane-1dimm") -> dict:
+    """Simulator parameters: a dict (checked), a JSON path, a shipped name, or None for the
+    shipped fit of `device` (falls back to the defaults when there is none)."""
+    if isinstance(name_or_path, Mapping):
+        params = dict(name_or_path.get("params", name_or_path))
+    else:
+        if name_or_path is None:
+            path = os.path.join(SIM_DIR, f"{device}.json")
+            if not os.path.exists(path):
+                return default_params()
+        else:
+            path = os.fspath(name_or_path)
+            if not os.path.exists(path) and not path.endswith(".json"):
+                path = os.path.join(SIM_DIR, f"{path}.json")
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no simulator parameter file {name_or_path!r} (shipped: {list_params()})")
+        with open(path) as fh:
+            try:
+                params = dict(json.load(fh)["params"])
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise ValueError(f"{path}: not a simulator parameter file ({e})") from None
+    unknown = set(params) - set(PARAM_NAMES)
+    if unknown:
+        raise ValueError(f"unknown simulator parameters {sorted(unknown)}; known: {list(PARAM_NAMES)}")
+    out = default_params()
+    out.update({k: float(v) for k, v in params.items()})
+    return out
+
+
+def list_params() -> list[str]:
+    if not os.path.isdir(SIM_DIR):
+        return []
+    return sorted(n[:-5] for n in os.listdir(SIM_DIR) if n.endswith(".json"))
+
+
+def save_params(result: Mapping, path: str) -> None:
+    """Write a parameter file ({"params", "fit", "run"}) as `load_params` reads it."""
+    with open(path, "w") as fh:
+        json.dump(result, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+
+
+__all__ = ["load_params", "default_params", "list_params", "save_params", "PARAM_NAMES", "FIT_NAMES", "SIM_DIR"]

@@ -1,0 +1,182 @@
+"""Static-configuration episodes on the simulator without Gymnasium or NumPy.
+
+`run_static` runs a phase on `_core.Simulator` under one fixed configuration (or the
+no-control baseline) and returns the rows `nvmw.lab.phase_run.simulate_phase` returns for
+the same arguments, bit for bit: it seeds as `SimEnv.reset(seed=...)` does (NumPy's
+PCG64 behind a SeedSequence, reimplemented here for the two draws an episode makes: the
+workload seed and the schedule offset) and judges each window with the same SLA spec.
+Only the controller loop and the Gymnasium env are left out, which is what lets `nvmw
+sim run --controller fixed:I,B` (or `none`) start and finish a 200-window episode within
+a few hundred milliseconds of wall time."""
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Optional
+
+from nvmw import _core
+from nvmw.control.sla import SLASpec, load_spec
+from nvmw.devices import load_profile
+from nvmw.rl.simparams import load_params
+from nvmw.workloads.phases import list_phases, phase_workloads
+
+_MASK32 = 0xFFFFFFFF
+_MASK64 = (1 << 64) - 1
+_MASK128 = (1 << 128) - 1
+# numpy/random/bit_generator.pyx (SeedSequence) and numpy/random/src/pcg64 constants.
+_INIT_A, _MULT_A, _INIT_B, _MULT_B = 0x43b0d7e5, 0x931e8875, 0x8b51f9dd, 0x58f38ded
+_MIX_L, _MIX_R, _XSHIFT = 0xca01f9dd, 0x4973f715, 16
+_PCG_MULT = (2549297995355413924 << 64) + 4865540595714422341
+
+
+def _seed_words(seed: int) -> list:
+    """numpy.random.SeedSequence(seed).generate_state(4, numpy.uint64) for an int >= 0."""
+    entropy = []
+    x = int(seed)
+    while True:
+        entropy.append(x & _MASK32)
+        x >>= 32
+        if x == 0:
+            break
+    h = _INIT_A
+
+    def hashmix(v: int) -> int:
+        nonlocal h
+        v ^= h
+        h = (h * _MULT_A) & _MASK32
+        v = (v * h) & _MASK32
+        return v ^ (v >> _XSHIFT)
+
+    def mix(a: int, b: int) -> int:
+        r = (_MIX_L * a - _MIX_R * b) & _MASK32
+        return r ^ (r >> _XSHIFT)
+
+    pool = [hashmix(entropy[i] if i < len(entropy) else 0) for i in range(4)]
+    for src in range(4):
+        for dst in range(4):
+            if src != dst:
+                pool[dst] = mix(pool[dst], hashmix(pool[src]))
+    for src in range(4, len(entropy)):
+        for dst in range(4):
+            pool[dst] = mix(pool[dst], hashmix(entropy[src]))
+    hb = _INIT_B
+    words = []
+    for i in range(8):
+        v = pool[i % 4] ^ hb
+        hb = (hb * _MULT_B) & _MASK32
+        v = (v * hb) & _MASK32
+        words.append(v ^ (v >> _XSHIFT))
+    return [words[2 * i] | (words[2 * i + 1] << 32) for i in range(4)]
+
+
+class Pcg64:
+    """`numpy.random.default_rng(seed)` (what Gymnasium's reset(seed=...) builds) for the
+    draws an episode makes: `integers(low, high)` below 2**32 values and `uniform(low,
+    high)`, giving the same numbers."""
+
+    def __init__(self, seed: int):
+        if not (isinstance(seed, int) and seed >= 0):
+            raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+        w = _seed_words(seed)
+        self._inc = ((((w[2] << 64) | w[3]) << 1) | 1) & _MASK128
+        self._state = 0
+        self._step()
+        self._state = (self._state + ((w[0] << 64) | w[1])) & _MASK128
+        self._step()
+        self._half: Optional[int] = None  # the buffered upper 32 bits (pcg64_next32)
+
+    def _step(self) -> None:
+        self._state = (self._state * _PCG_MULT + self._inc) & _MASK128
+
+    def next64(self) -> int:
+        self._step()
+        s = self._state
+        x = ((s >> 64) ^ s) & _MASK64
+        r = s >> 122
+        return ((x >> r) | (x << ((64 - r) & 63))) & _MASK64
+
+    def next32(self) -> int:
+        if self._half is not None:
+            out, self._half = self._half, None
+            return out
+        n = self.next64()
+        self._half = n >> 32
+        return n & _MASK32
+
+    def integers(self, low: int, high: int) -> int:
+        """An int in [low, high), high - low < 2**32 (Lemire's method, as NumPy)."""
+        rng = high - 1 - low
+        if not 0 <= rng < _MASK32:
+            raise ValueError("integers: need 1 <= high - low < 2**32")
+        excl = rng + 1
+        m = self.next32() * excl
+        left = m & _MASK32
+        if left < excl:
+            threshold = (_MASK32 - rng) % excl
+            while left < threshold:
+                m = self.next32() * excl
+                left = m & _MASK32
+        return low + (m >> 32)
+
+    def uniform(self, low: float, high: float) -> float:
+        return low + (high - low) * ((self.next64() >> 11) * (1.0 / 9007199254740992.0))
+
+
+_FIXED = re.compile(r"fixed:(\d+),(\d+)")
+
+
+def static_config(controller: Any) -> Optional[tuple]:
+    """(control, interactive, batch) when `controller` is the name of a static
+    configuration in its canonical spelling ("none" -> (False, 15, 15), the threads
+    simulate_phase starts it with; "fixed:I,B" -> (True, I, B)); None otherwise."""
+    if not isinstance(controller, str):
+        return None
+    if controller == "none":
+        return (False, 15, 15)
+    m = _FIXED.fullmatch(controller)
+    if m is None or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+        return None
+    return (True, int(m.group(1)), int(m.group(2)))
+
+
+def run_static(phase: int, *, windows: int = 10, control: bool = True, threads: tuple = (15, 15),
+               window_s: float = 0.1, device: str = "optane-1dimm", params: Any = None, seed: int = 0,
+               sla: "SLASpec | str | None" = None, max_threads: int = 32, exact: bool = False,
+               on_window: Optional[Callable[[dict], None]] = None) -> list[dict]:
+    """`windows` simulated windows of a shipped phase at fixed `threads` (`control`
+    False: the no-control baseline), as `simulate_phase(phase, controller="fixed:I,B" or
+    "none", ...)` runs them: same rows for the same arguments."""
+    phase = int(phase)
+    if phase not in list_phases():
+        raise ValueError(f"phase must be one of {tuple(list_phases())}, got {phase!r}")
+    if not window_s > 0:
+        raise ValueError(f"window_s must be > 0, got {window_s}")
+    i, b = int(threads[0]), int(threads[1])
+    if not (1 <= i <= max_threads and 1 <= b <= max_threads):
+        raise ValueError(f"threads must be in [1, {max_threads}], got {(i, b)}")
+    spec = sla if isinstance(sla, SLASpec) else load_spec(sla)
+    device = device or "none"
+    profile = None if device == "none" else load_profile(device)
+    rng = Pcg64(int(seed))
+    workload_seed = rng.integers(0, 2**31 - 1)
+    sim = _core.Simulator(load_params(params, device), profile, control=bool(control), interactive_threads=i,
+                          batch_threads=b, max_threads=int(max_threads), no_control_max_inflight=200,
+                          window_s=float(window_s), seed=workload_seed, fast_forward=not exact)
+    wi, wb, _offered = phase_workloads(phase, workload_seed % 4)
+    sim.set_workload(wi, wb, rng.uniform(0.0, wi["period_us"]))
+    sim.run_window()  # SimEnv's warm-up window
+    shown = [i, b] if control else [0, 0]
+    rows: list[dict] = []
+    for _ in range(max(0, int(windows))):
+        s = sim.run_window()
+        si, sb = s["interactive"], s["batch"]
+        row = {"phase": phase, "threads": list(shown), "reward": round(spec.evaluate(s).reward, 3),
+               "interactive_p99_us": si["p99_us"], "ops_per_s": s["all"]["ops_per_s"],
+               "batch_ops_per_s": sb["ops_per_s"], "interactive_queue": si["queue_len_end"],
+               "batch_queue": sb["queue_len_end"]}
+        rows.append(row)
+        if on_window is not None:
+            on_window(row)
+    return rows
+
+
+__all__ = ["run_static", "static_config", "Pcg64"]
