@@ -19,6 +19,31 @@ from nvmw.workloads.phases import DEFAULT_PHASES
 DEFAULT_GRID = (1, 2, 4, 8, 16, 32)
 
 
+def _drive_windows(env: ControlEnv, make_controller, settle_windows: int, windows: int, obs, info,
+                   rows: list[dict], ph: int, i: int, b: int):
+    """Drives a controller from `make_controller` (a fresh one for each `drive` call) for
+    `settle_windows + windows` windows, stepping past the env's own truncation, and appends
+    one row per window after the first `settle_windows`, labelled phase `ph` and threads
+    (`i`, `b`). Returns the last (obs, info)."""
+    seen = [0]
+
+    def record(_o, _a, _r, _no, _term, _trunc, info):
+        seen[0] += 1
+        if seen[0] <= settle_windows:
+            return
+        stats = info.get("stats") or {}
+        rows.append({"phase": int(ph), "interactive_threads": i, "batch_threads": b,
+                     "p99_us": info["p99_us"], "throughput": info["throughput"],
+                     "p99_all_us": float(stats["all"]["p99_us"]) if stats else float("nan"),
+                     "offered_ops_per_s": info["offered_ops_per_s"]})
+
+    remaining = settle_windows + windows
+    while remaining > 0:
+        obs, info, n, _ended = drive(env, make_controller(), remaining, obs, info, on_step=record)
+        remaining -= n
+    return obs, info
+
+
 def sweep_env(env: ControlEnv, *, phases: Sequence[int] = DEFAULT_PHASES, grid: Sequence[int] = DEFAULT_GRID,
               windows: int = 5, settle_windows: int = 1, seed: int = 0, progress: bool = False,
               configs: Sequence[tuple[int, int]] | None = None) -> list[dict]:
@@ -35,23 +60,9 @@ def sweep_env(env: ControlEnv, *, phases: Sequence[int] = DEFAULT_PHASES, grid: 
     for ph in phases:
         obs, info = env.reset(seed=seed + ph, options={"phase": int(ph), "threads": configs[0]})
         for (i, b) in configs:
-            seen = [0]
-
-            def record(_o, _a, _r, _no, _term, _trunc, info, ph=ph, i=i, b=b, seen=seen):
-                seen[0] += 1
-                if seen[0] <= settle_windows:
-                    return
-                stats = info.get("stats") or {}
-                rows.append({"phase": int(ph), "interactive_threads": i, "batch_threads": b,
-                             "p99_us": info["p99_us"], "throughput": info["throughput"],
-                             "p99_all_us": float(stats["all"]["p99_us"]) if stats else float("nan"),
-                             "offered_ops_per_s": info["offered_ops_per_s"]})
-
             # One long episode per phase: keep stepping past the env's own truncation.
-            remaining = settle_windows + windows
-            while remaining > 0:
-                obs, info, n, _ended = drive(env, Fixed(i, b), remaining, obs, info, on_step=record)
-                remaining -= n
+            obs, info = _drive_windows(env, lambda i=i, b=b: Fixed(i, b), settle_windows, windows,
+                                       obs, info, rows, ph, i, b)
             if bar is not None:
                 bar.update(1)
     if bar is not None:
@@ -71,22 +82,7 @@ def no_control_windows(env: ControlEnv, *, phases: Sequence[int] = DEFAULT_PHASE
     bar = tqdm(total=len(phases), desc="no-control", unit="phase") if progress else None
     for ph in phases:
         obs, info = env.reset(seed=seed + ph, options={"phase": int(ph)})
-        seen = [0]
-
-        def record(_o, _a, _r, _no, _term, _trunc, info, ph=ph, seen=seen):
-            seen[0] += 1
-            if seen[0] <= settle_windows:
-                return
-            stats = info.get("stats") or {}
-            rows.append({"phase": int(ph), "interactive_threads": 0, "batch_threads": 0,
-                         "p99_us": info["p99_us"], "throughput": info["throughput"],
-                         "p99_all_us": float(stats["all"]["p99_us"]) if stats else float("nan"),
-                         "offered_ops_per_s": info["offered_ops_per_s"]})
-
-        remaining = settle_windows + windows
-        while remaining > 0:
-            obs, info, n, _ended = drive(env, NoControl(), remaining, obs, info, on_step=record)
-            remaining -= n
+        _drive_windows(env, NoControl, settle_windows, windows, obs, info, rows, ph, 0, 0)
         if bar is not None:
             bar.update(1)
     if bar is not None:
