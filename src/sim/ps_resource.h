@@ -39,8 +39,9 @@ class PsResource {
     UpdateRates();
   }
 
-  // Time of the next departure, +inf when idle.
+  // Time of the next departure, +inf when idle (cached until the jobs change).
   double NextDeparture() const {
+    if (next_valid_) return next_;
     double best = kInf;
     for (int k = 0; k < kinds_; k++) {
       if (heap_[k].empty()) continue;
@@ -48,6 +49,8 @@ class PsResource {
       const double t = last_ + (left > 0 ? left / rate_[k] : 0.0);
       if (t < best) best = t;
     }
+    next_ = best;
+    next_valid_ = true;
     return best;
   }
 
@@ -103,6 +106,7 @@ class PsResource {
   }
 
   void UpdateRates() {
+    next_valid_ = false;
     const int n0 = active(0), n1 = kinds_ > 1 ? active(1) : 0;
     const bool memo = n0 < kMemo && n1 < kMemo;
     for (int k = 0; k < kinds_; k++) {
@@ -123,6 +127,8 @@ class PsResource {
 
   static constexpr int kMemo = 64;
   std::vector<double> memo_;  // rate per (kind, n0, n1), -1 = not computed yet
+  mutable double next_ = 0;
+  mutable bool next_valid_ = false;
 
   int kinds_;
   RateFn rate_fn_;

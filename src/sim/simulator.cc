@@ -157,6 +157,7 @@ struct Simulator::Impl {
   // Fast-forward: latencies completed since the transient, per class, and per chunk of
   // the candidate steady segment where its completions start and its mean busy clients.
   bool ff_collect = false;
+  bool disturbed = true;  // threads or workload changed since the last window
   std::vector<uint64_t> ff_lat[2];
   struct FfChunk {
     size_t first[2];
@@ -545,6 +546,7 @@ struct Simulator::Impl {
 
   void Resize(int i, int b) {
     const int want[2] = {i, b};
+    if (want[0] != target[0] || want[1] != target[1]) disturbed = true;
     for (int c = 0; c < 2; c++) {
       target[c] = want[c];
       if (permits_path) {
@@ -596,8 +598,8 @@ struct Simulator::Impl {
   }
 
   // Runs one window of `len` ns. Without fast-forward: all of it. With: in chunks; the
-  // chunks after the first two (the transient a thread change or phase switch starts)
-  // form the candidate steady segment. Once it holds at least four chunks and enough
+  // chunks after the first two (the transient a thread change or phase switch starts;
+  // none when neither happened) form the candidate steady segment. Once it holds at least four chunks and enough
   // completions, it is tested: the mean busy clients of its first and second halves must
   // agree within ff_tolerance x the larger + 2, per class. Level: the rest of the window
   // is extrapolated from it. Not level: its first half becomes transient (simulated,
@@ -611,11 +613,15 @@ struct Simulator::Impl {
     std::vector<FfChunk>& segment = ff_segment;
     segment.clear();
     for (int c = 0; c < 2; c++) ff_lat[c].clear();
+    // After a thread change or a phase switch the first two chunks are the transient
+    // (counted once, never extrapolated); a window that goes on from a steady one has none.
+    const int transient = disturbed ? 2 : 0;
+    disturbed = false;
     double done = 0;
     int chunks = 0;
     while (done < len) {
       const double step = std::min(chunk_ns, len - done);
-      if (chunks == 2) ff_collect = true;  // the transient is over: collect the segment
+      if (chunks == transient) ff_collect = true;  // the transient is over: collect the segment
       FfChunk k;
       for (int c = 0; c < 2; c++) k.first[c] = ff_lat[c].size();
       NoteBusy();
@@ -624,7 +630,7 @@ struct Simulator::Impl {
       NoteBusy();
       done += step;
       chunks++;
-      if (step < chunk_ns || chunks <= 2) continue;  // partial last chunk, or the transient
+      if (step < chunk_ns || chunks <= transient) continue;  // partial last chunk, or the transient
       for (int c = 0; c < 2; c++) k.busy[c] = (busy_area[c] - area0[c]) / step;
       segment.push_back(k);
       const double rest = len - done;
@@ -778,6 +784,7 @@ Status Simulator::SetWorkload(const SimClassWorkload& interactive, const SimClas
   }
   Impl& m = *impl_;
   m.NoteBusy();
+  m.disturbed = true;
   m.epoch++;
   for (int c = 0; c < 2; c++) {
     m.work[c] = *ws[c];
