@@ -575,6 +575,28 @@ TEST(SimulatorTest, BadInputIsRefused) {
   EXPECT_TRUE(sim->RunWindow(nullptr).IsInvalidArgument());
 }
 
+TEST(SimulatorTest, JitterIsLogNormal) {
+  // One request at a time, 100 us of CPU times a log-normal factor of sigma 0.5: median
+  // 100 us, mean 100 exp(0.125) = 113.3 us, p99 100 exp(0.5 x 2.326) = 320 us.
+  SimOptions o;
+  o.params = Exact();
+  o.params.op_cpu_us = 100;
+  o.params.copy_bytes_per_ns = 1e6;
+  o.params.jitter = 0.5;
+  o.interactive_threads = 1;
+  o.batch_threads = 1;
+  o.window_s = 20;
+  auto sim = Make(o);
+  ASSERT_TRUE(sim->SetWorkload(Paced(1000, 1000, 8, false, 1), Paced(1, 1e7, 8, false, 1)).ok());
+  WindowStats w;
+  ASSERT_TRUE(sim->RunWindow(&w).ok());
+  ASSERT_GT(w.interactive.ops, 19000u);
+  EXPECT_NEAR(w.interactive.p50_us, 100, 2);
+  EXPECT_NEAR(w.interactive.mean_us, 113.3, 113.3 * 0.015);
+  EXPECT_NEAR(w.interactive.p99_us, 320, 320 * 0.04);
+  EXPECT_GT(w.interactive.max_us, 600);  // the tail is not cut at the table's end
+}
+
 // ---- fast-forward ------------------------------------------------------------------
 
 SimOptions FastForwardOptions(bool on) {
