@@ -43,3 +43,10 @@ def test_ranking_orders_by_both_sla_fraction():
     assert lines[1].split()[:2] == ["1", "good"]
     assert lines[2].split()[:2] == ["2", "bad"]
     assert "6 windows of 0.1 s" in lines[-1]
+
+
+def test_demo_summary_says_higher_when_control_loses():
+    from nvmw.commands.demo import _versus
+    assert _versus(20_000.0, 2_000.0) == "10.0x lower than"
+    assert _versus(2_000.0, 5_000.0) == "2.5x higher than"
+    assert _versus(1_000.0, 0.0).endswith("lower than")  # an empty window never divides by zero
