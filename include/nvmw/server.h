@@ -53,6 +53,17 @@ struct ServerOptions {
   double output_stall_timeout_s = 30.0;
   // Event-loop threads; connections are spread over them as they are accepted.
   int io_threads = 1;
+  // Event-loop threads of their own for batch connections (0: none). A connection that
+  // starts sending an argument of at least the middleware's batch_threshold_bytes (an
+  // 800 KB SET value) while its class is batch or auto, or that sends NVMW.CLASS batch,
+  // is moved to one of these loops between two commands and stays there (NVMW.CLASS
+  // interactive moves it back): the loops of interactive connections then never spend
+  // their turn receiving large values. These loops accept no connections.
+  int batch_io_threads = 1;
+  // Run the batch loops under SCHED_IDLE (Linux): they get a core only when no thread
+  // of normal priority wants it, so the receive of large values yields to the
+  // interactive loops and clients. Needs no privilege.
+  bool batch_io_idle = true;
   // true: an interactive request whose class has a free permit runs on the io thread
   // (caller-runs: no hand-off, the cheapest path for small requests, but the server then
   // has at most io_threads interactive requests of its own in the engine, whatever the
@@ -73,6 +84,7 @@ struct ServerStats {
   uint64_t protocol_errors = 0;       // connections closed for malformed input
   uint64_t auth_failures = 0;         // AUTH/HELLO with a wrong password
   uint64_t output_buffer_closes = 0;  // connections closed for not reading their replies
+  uint64_t batch_moves = 0;           // connections moved to a batch loop (batch_io_threads)
 };
 
 class Server {

@@ -9,6 +9,7 @@
 #include <tuple>
 #include <utility>
 
+#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -94,6 +95,8 @@ void Middleware::Impl::WorkerMain(Pool* pool, int slot, StatsShard* shard) {
   Pool& p = *pool;
   const int cls = pool == pools[static_cast<int>(RequestClass::kBatch)].get() ? 1 : 0;
   const bool holds_permits = UsesPermits();
+  // Named for per-thread CPU accounting (top -H, /proc/PID/task/TID/comm, perf).
+  (void)::pthread_setname_np(::pthread_self(), cls ? "nvmw-batch" : "nvmw-inter");
   if (cls == static_cast<int>(RequestClass::kBatch) && options.batch_nice > 0) {
     // Per-thread on Linux: PRIO_PROCESS with a thread id. Best effort; failure only
     // means batch keeps the caller's priority.

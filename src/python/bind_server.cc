@@ -36,7 +36,8 @@ void BindServer(nb::module_& m) {
           [](PyServer* self, PyMiddleware& middleware, std::shared_ptr<PyEngine> engine,
              const std::string& bind, int port, const std::string& password, size_t max_clients,
              uint64_t max_bulk_bytes, size_t max_args, uint64_t max_output_bytes, int io_threads,
-             double output_stall_timeout_s, double stop_timeout_s, bool run_on_loop) {
+             double output_stall_timeout_s, double stop_timeout_s, bool run_on_loop, int batch_io_threads,
+             bool batch_io_idle) {
             std::shared_ptr<Middleware> mw = AcquireMiddleware(middleware, "Server");
             if (!engine) engine = middleware.engine;  // the engine the middleware runs on
             if (!engine || !engine->engine) {
@@ -54,6 +55,8 @@ void BindServer(nb::module_& m) {
             o.output_stall_timeout_s = output_stall_timeout_s;
             o.stop_timeout_s = stop_timeout_s;
             o.run_on_loop = run_on_loop;
+            o.batch_io_threads = batch_io_threads;
+            o.batch_io_idle = batch_io_idle;
             new (self) PyServer{std::move(engine), std::move(mw), o, std::make_unique<Server>(), false};
           },
           nb::arg("middleware"), nb::arg("engine").none() = nb::none(), nb::arg("bind") = d.bind, nb::arg("port") = 0,
@@ -62,10 +65,13 @@ void BindServer(nb::module_& m) {
           nb::arg("max_output_bytes") = d.max_output_bytes, nb::arg("io_threads") = d.io_threads,
           nb::arg("output_stall_timeout_s") = d.output_stall_timeout_s,
           nb::arg("stop_timeout_s") = d.stop_timeout_s, nb::arg("run_on_loop") = d.run_on_loop,
+          nb::arg("batch_io_threads") = d.batch_io_threads, nb::arg("batch_io_idle") = d.batch_io_idle,
           "A server over `middleware` (a _core.Middleware) and the _core.Engine it runs on\n"
           "(None: the middleware's own, `middleware.engine`).\n"
           "port=0 picks a free port (read .port after start()). run_on_loop=False hands every\n"
-          "request to the workers of its class (see ServerOptions::run_on_loop).")
+          "request to the workers of its class (see ServerOptions::run_on_loop).\n"
+          "batch_io_threads: loops of their own for connections sending large values\n"
+          "(ServerOptions::batch_io_threads); batch_io_idle runs them under SCHED_IDLE.")
       .def("start",
            [](PyServer& self) {
              if (self.started) ThrowIfError(Status::InvalidArgument("server already started"));
@@ -102,10 +108,12 @@ void BindServer(nb::module_& m) {
              out["protocol_errors"] = st.protocol_errors;
              out["auth_failures"] = st.auth_failures;
              out["output_buffer_closes"] = st.output_buffer_closes;
+             out["batch_moves"] = st.batch_moves;
              return out;
            },
            "Counters since start(): connections_current, connections_total,\n"
-           "rejected_connections, commands, protocol_errors, auth_failures, output_buffer_closes.");
+           "rejected_connections, commands, protocol_errors, auth_failures, output_buffer_closes,\n"
+           "batch_moves.");
 }
 
 }  // namespace nvmw::py

@@ -419,7 +419,8 @@ std::string Server::Impl::StatsJson() {
          ",\"commands\":" + std::to_string(commands.load()) +
          ",\"protocol_errors\":" + std::to_string(protocol_errors.load()) +
          ",\"auth_failures\":" + std::to_string(auth_failures.load()) +
-         ",\"output_buffer_closes\":" + std::to_string(output_buffer_closes.load()) + "}}";
+         ",\"output_buffer_closes\":" + std::to_string(output_buffer_closes.load()) +
+         ",\"batch_moves\":" + std::to_string(batch_moves.load()) + "}}";
   return out;
 }
 
@@ -745,8 +746,10 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
       const std::string v = Lower(args[1]);
       if (v == "interactive") {
         c->cls = RequestClass::kInteractive;
+        RequestMove(io, c, false);  // off a batch loop, if it is on one
       } else if (v == "batch") {
         c->cls = RequestClass::kBatch;
+        RequestMove(io, c, true);  // onto a batch loop, if there are any
       } else if (v == "auto") {
         c->cls = RequestClass::kAuto;
       } else {

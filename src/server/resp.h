@@ -58,6 +58,10 @@ class Parser {
   // socket), call BulkFilled(n); Parse then goes on after them.
   char* BulkSink(size_t min_bytes, size_t* room);
   void BulkFilled(size_t n);
+  // The declared length of the argument being received, while inside one (its header
+  // read, bytes still to come); 0 otherwise. The server classes a connection sending a
+  // large argument as a batch connection by it.
+  uint64_t bulk_in_progress() const { return state_ == State::kBulkData ? bulk_len_ : 0; }
 
  private:
   enum class State { kStart, kArrayLen, kBulkLen, kBulkData, kBulkCr, kBulkLf, kInline, kError };

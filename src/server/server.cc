@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <system_error>
@@ -15,6 +16,8 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -98,6 +101,10 @@ Status Server::Impl::StartLocked(Middleware* m, Engine* e, const ServerOptions& 
   if (o.io_threads < 1 || o.io_threads > 64) {
     return Status::InvalidArgument("io_threads must be in [1, 64], got " + std::to_string(o.io_threads));
   }
+  if (o.batch_io_threads < 0 || o.batch_io_threads > 64) {
+    return Status::InvalidArgument("batch_io_threads must be in [0, 64], got " +
+                                   std::to_string(o.batch_io_threads));
+  }
   if (!(o.output_stall_timeout_s > 0) || !(o.stop_timeout_s >= 0)) {
     return Status::InvalidArgument("output_stall_timeout_s must be > 0 and stop_timeout_s >= 0");
   }
@@ -152,10 +159,13 @@ Status Server::Impl::StartLocked(Middleware* m, Engine* e, const ServerOptions& 
   start_ns = NowNs();
   stopping.store(false);
   Status s;
-  for (int i = 0; i < o.io_threads && s.ok(); ++i) {
+  // Loops [0, io_threads) accept and serve connections; the batch loops after them
+  // serve the connections moved to them.
+  for (int i = 0; i < o.io_threads + o.batch_io_threads && s.ok(); ++i) {
     auto io = std::make_unique<IoThread>();
     io->server = this;
     io->index = i;
+    io->batch = i >= o.io_threads;
     io->epfd = ::epoll_create1(EPOLL_CLOEXEC);
     io->evfd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (io->epfd < 0 || io->evfd < 0) {
@@ -165,11 +175,11 @@ Status Server::Impl::StartLocked(Middleware* m, Engine* e, const ServerOptions& 
       ev.events = EPOLLIN;
       ev.data.ptr = io.get();
       ::epoll_ctl(io->epfd, EPOLL_CTL_ADD, io->evfd, &ev);
-      // Every loop watches the listening socket; EPOLLEXCLUSIVE wakes one of them per
+      // Every accepting loop watches the listening socket; EPOLLEXCLUSIVE wakes one of them per
       // connection, which accepts it and owns it from then on.
       ev.events = EPOLLIN | (o.io_threads > 1 ? static_cast<uint32_t>(EPOLLEXCLUSIVE) : 0u);
       ev.data.ptr = &g_listen_tag;
-      if (::epoll_ctl(io->epfd, EPOLL_CTL_ADD, listen_fd, &ev) != 0) {
+      if (!io->batch && ::epoll_ctl(io->epfd, EPOLL_CTL_ADD, listen_fd, &ev) != 0) {
         s = Status::IOError(Errno("epoll_ctl"));
       }
     }
@@ -228,9 +238,24 @@ void Server::Impl::Wake(IoThread* io) {
 
 void Server::Impl::Loop(IoThread* io) {
   t_current_io = io;
+  {
+    char name[16];
+    if (io->batch) {
+      std::snprintf(name, sizeof name, "nvmw-bio%d", io->index - options.io_threads);
+    } else {
+      std::snprintf(name, sizeof name, "nvmw-io%d", io->index);
+    }
+    (void)::pthread_setname_np(::pthread_self(), name);  // per-thread CPU accounting
+  }
+  if (io->batch && options.batch_io_idle) {
+    // Best effort: without it the loop keeps normal priority.
+    sched_param sp{};
+    (void)::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &sp);
+  }
   epoll_event events[256];
-  bool listening = true;
+  bool listening = !io->batch;
   int64_t stop_deadline_ns = 0;
+  bool draining = false;
   int64_t last_tick_ns = NowNs();
   std::vector<std::unique_ptr<Conn>> graveyard;
   io->graveyard = &graveyard;
@@ -247,6 +272,7 @@ void Server::Impl::Loop(IoThread* io) {
         uint64_t v;
         while (::read(io->evfd, &v, sizeof v) > 0) {
         }
+        AdoptConns(io);
         DrainMailbox(io);
         continue;
       }
@@ -257,8 +283,9 @@ void Server::Impl::Loop(IoThread* io) {
         continue;
       }
       if (ev & EPOLLIN) OnReadable(io, c);
-      if (!c->closed && (ev & EPOLLOUT)) OnWritable(io, c);
+      if (!c->closed && !c->move_to && (ev & EPOLLOUT)) OnWritable(io, c);
     }
+    MoveConns(io);
     const int64_t now = NowNs();
     if (io->accept_paused && now >= io->accept_resume_ns && !IsStopping()) {
       io->accept_paused = false;
@@ -272,9 +299,10 @@ void Server::Impl::Loop(IoThread* io) {
       CheckStalls(io, now);
     }
     if (IsStopping()) {
-      if (listening) {
+      if (!draining) {
+        draining = true;
+        if (listening) ::epoll_ctl(io->epfd, EPOLL_CTL_DEL, listen_fd, nullptr);
         listening = false;
-        ::epoll_ctl(io->epfd, EPOLL_CTL_DEL, listen_fd, nullptr);
         stop_deadline_ns = now + static_cast<int64_t>(options.stop_timeout_s * 1e9);
         for (auto& [fd, c] : io->conns) UpdateInterest(io, c.get());  // no more reading
       }
@@ -287,8 +315,13 @@ void Server::Impl::Loop(IoThread* io) {
       }
       for (Conn* c : done) Close(io, c);
       if (io->conns.empty() && io->zombies.empty()) {
-        graveyard.clear();
-        break;
+        // A connection may still be on its way from another loop: serve it first.
+        std::lock_guard<std::mutex> lock(io->mailbox_mu);
+        if (io->adopt.empty()) {
+          io->adopt_closed = true;
+          graveyard.clear();
+          break;
+        }
       }
     }
     graveyard.clear();
@@ -340,7 +373,7 @@ void Server::Impl::Accept(IoThread* io) {
 }
 
 bool Server::Impl::MayParse(const Conn* c) const {
-  return !c->closed && !c->pending && !c->close_after_write &&
+  return !c->closed && !c->pending && !c->close_after_write && !c->move_to &&
          c->out_bytes < options.max_output_bytes;
 }
 
@@ -369,6 +402,10 @@ size_t Server::Impl::ParseFrom(IoThread* io, Conn* c, const char* data, size_t n
 
 void Server::Impl::OnReadable(IoThread* io, Conn* c) {
   for (int k = 0; k < kReadsPerEvent && MayRead(c); ++k) {
+    if (ShouldMoveToBatch(io, c)) {
+      RequestMove(io, c, true);  // the rest of the value is received by a batch loop
+      break;
+    }
     // Inside a large argument (a big SET value): read straight into the argument's own
     // buffer, not through the read buffer and a copy.
     size_t room = 0;
@@ -535,6 +572,83 @@ void Server::Impl::DrainMailbox(IoThread* io) {
   }
 }
 
+bool Server::Impl::ShouldMoveToBatch(const IoThread* io, const Conn* c) const {
+  if (io->batch || options.batch_io_threads == 0 || c->cls == RequestClass::kInteractive) return false;
+  const uint64_t len = c->parser.bulk_in_progress();
+  return len > 0 && len >= mw->options().batch_threshold_bytes;
+}
+
+void Server::Impl::RequestMove(IoThread* io, Conn* c, bool batch) {
+  if (options.batch_io_threads == 0 || IsStopping() || c->move_to != nullptr || io->batch == batch) return;
+  const size_t k = batch ? static_cast<size_t>(options.io_threads) +
+                               next_batch_loop.fetch_add(1) % options.batch_io_threads
+                         : next_inter_loop.fetch_add(1) % options.io_threads;
+  c->move_to = threads[k].get();
+  io->to_move.push_back(c);
+}
+
+void Server::Impl::MoveConns(IoThread* io) {
+  if (io->to_move.empty()) return;
+  std::vector<Conn*> list;
+  list.swap(io->to_move);
+  for (Conn* c : list) {
+    IoThread* to = c->move_to;
+    c->move_to = nullptr;
+    if (c->closed) continue;  // freed with the graveyard after this turn
+    if (!IsStopping() && !c->in_flight && !c->pending) {
+      ::epoll_ctl(io->epfd, EPOLL_CTL_DEL, c->fd, nullptr);
+      auto node = io->conns.extract(c->fd);
+      c->io = to;
+      c->events = 0;
+      bool handed = false;
+      {
+        std::lock_guard<std::mutex> lock(to->mailbox_mu);
+        if (!to->adopt_closed) {
+          to->adopt.push_back(std::move(node.mapped()));
+          handed = true;
+        }
+      }
+      if (handed) {
+        // From here on the connection belongs to the other loop: not touched again here.
+        if (to->batch) batch_moves.fetch_add(1, std::memory_order_relaxed);
+        Wake(to);
+        continue;
+      }
+      c->io = io;  // the other loop has ended (Stop): the connection stays
+      epoll_event ev{};
+      ev.data.ptr = c;
+      ::epoll_ctl(io->epfd, EPOLL_CTL_ADD, c->fd, &ev);
+      io->conns.insert(std::move(node));
+    }
+    // Not moved: the connection goes on here.
+    ProcessInput(io, c);
+    if (!c->closed) Flush(io, c);
+  }
+}
+
+void Server::Impl::AdoptConns(IoThread* io) {
+  std::vector<std::unique_ptr<Conn>> list;
+  {
+    std::lock_guard<std::mutex> lock(io->mailbox_mu);
+    list.swap(io->adopt);
+  }
+  for (auto& owned : list) {
+    Conn* c = owned.get();
+    epoll_event ev{};  // no events yet; Flush registers what the connection needs
+    ev.data.ptr = c;
+    if (::epoll_ctl(io->epfd, EPOLL_CTL_ADD, c->fd, &ev) != 0) {
+      ::close(c->fd);
+      c->closed = true;
+      connections_current.fetch_sub(1);
+      io->graveyard->push_back(std::move(owned));
+      continue;
+    }
+    io->conns.emplace(c->fd, std::move(owned));
+    ProcessInput(io, c);  // bytes read on the other loop and not parsed yet
+    if (!c->closed) Flush(io, c);
+  }
+}
+
 void Server::Impl::Post(Conn* c) {
   IoThread* io = c->io;
   bool was_empty;
@@ -587,6 +701,7 @@ ServerStats Server::Stats() const {
   s.protocol_errors = impl_->protocol_errors.load(std::memory_order_relaxed);
   s.auth_failures = impl_->auth_failures.load(std::memory_order_relaxed);
   s.output_buffer_closes = impl_->output_buffer_closes.load(std::memory_order_relaxed);
+  s.batch_moves = impl_->batch_moves.load(std::memory_order_relaxed);
   return s;
 }
 

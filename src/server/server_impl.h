@@ -74,6 +74,9 @@ struct Conn {
   Status result_status;
   std::string result_value;
   bool result_inline = false;  // the completion ran on this loop, inside SubmitOrRun
+  // Set while the connection waits, between two commands, to be moved to this loop (a
+  // batch loop, or back); no command runs and nothing is read meanwhile.
+  IoThread* move_to = nullptr;
 
   explicit Conn(const resp::ParserLimits& limits) : parser(limits) {}
 };
@@ -94,6 +97,12 @@ struct IoThread {
   // tick (it would report readiness in a busy loop while accept fails).
   bool accept_paused = false;   // loop thread only
   int64_t accept_resume_ns = 0;
+  bool batch = false;  // a loop of batch connections (ServerOptions::batch_io_threads)
+  // Connections handed over by another loop (under mailbox_mu); `adopt_closed` once
+  // this loop has ended, after which nothing more is handed to it.
+  std::vector<std::unique_ptr<Conn>> adopt;
+  bool adopt_closed = false;
+  std::vector<Conn*> to_move;  // connections with move_to set, moved at the end of the turn
 };
 
 struct Server::Impl {
@@ -117,6 +126,9 @@ struct Server::Impl {
   std::atomic<uint64_t> protocol_errors{0};
   std::atomic<uint64_t> auth_failures{0};
   std::atomic<uint64_t> output_buffer_closes{0};
+  std::atomic<uint64_t> batch_moves{0};
+  std::atomic<uint64_t> next_batch_loop{0};
+  std::atomic<uint64_t> next_inter_loop{0};
 
   // ---- server.cc ----
   Status Start(Middleware* m, Engine* e, const ServerOptions& o);
@@ -136,6 +148,16 @@ struct Server::Impl {
   void Close(IoThread* io, Conn* c);
   void DrainMailbox(IoThread* io);
   void CheckStalls(IoThread* io, int64_t now_ns);
+  // Batch loops: asks for the connection to be moved to a loop of the other kind
+  // (batch: true, a batch loop) once its current command is done; no-op without batch
+  // loops, while stopping, or when it is on such a loop already.
+  void RequestMove(IoThread* io, Conn* c, bool batch);
+  // Moves the connections of io->to_move (end of a loop turn).
+  void MoveConns(IoThread* io);
+  // Takes the connections handed to this loop and serves them.
+  void AdoptConns(IoThread* io);
+  // Whether the connection sending this argument should be moved to a batch loop.
+  bool ShouldMoveToBatch(const IoThread* io, const Conn* c) const;
   static void Wake(IoThread* io);
   // Whether the connection may run its next command (read already), and be read.
   bool MayParse(const Conn* c) const;

@@ -5,6 +5,7 @@ SETs with a restart on the same pool, and 1,000 connect/disconnect cycles at fla
 Every server is a `python -m nvmw serve` child on an ephemeral port (never 6379). The
 system tools are installed by scripts/setup.sh; a missing one fails its test and says so."""
 import asyncio
+import json
 import os
 import queue
 import re
@@ -244,6 +245,34 @@ def test_request_class_reaches_the_middleware(served):
     stats = r.execute_command("NVMW.STATS")
     assert stats
     r.close()
+
+
+def test_batch_connections_get_their_own_loop():
+    """With --batch-io-threads, connections sending 800 KB values move to the batch loop and
+    keep working with redis-py (pipelined too); the interactive connection stays."""
+    s = Served("--engine", "memory", "--batch-io-threads", "1", "--batch-io-idle")
+    try:
+        inter = s.client()
+        assert inter.execute_command("NVMW.CLASS", "interactive") in (b"OK", "OK", True)
+        bulk = [s.client() for _ in range(3)]
+        values = {f"blob-{i}": os.urandom(800 * 1024) for i in range(6)}
+        for n, (k, v) in enumerate(values.items()):
+            assert bulk[n % 3].set(k, v) is True
+            assert inter.set(f"small-{n}", b"x") is True
+        pipe = bulk[0].pipeline(transaction=False)
+        for k, v in values.items():
+            pipe.set(k + "-again", v)
+            pipe.get(k)
+        assert pipe.execute() == [x for v in values.values() for x in (True, v)]
+        assert inter.mget([f"small-{n}" for n in range(6)]) == [b"x"] * 6
+        assert bulk[1].get("blob-0-again") == values["blob-0"]
+        server = json.loads(inter.execute_command("NVMW.STATS"))["server"]
+        assert server["batch_moves"] == 3
+        assert server["connections_current"] == 4
+        for r in (inter, *bulk):
+            r.close()
+    finally:
+        assert s.terminate() == 0, s.text()
 
 
 def test_auth():

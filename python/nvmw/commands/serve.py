@@ -42,6 +42,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="largest value or argument accepted, bytes (default: the server's, 512 MiB)")
     p.add_argument("--io-threads", type=int_in(1, 64), default=None,
                    help="network threads (default: the server's, 1)")
+    p.add_argument("--batch-io-threads", type=int_in(0, 64), default=None,
+                   help="network threads of their own for batch connections: a connection sending a value "
+                   "of at least the batch threshold (64 KiB) or NVMW.CLASS batch is moved to them, so "
+                   "interactive connections never wait behind a large receive (default: the server's)")
+    p.add_argument("--batch-io-idle", action=argparse.BooleanOptionalAction, default=None,
+                   help="run the batch network threads under SCHED_IDLE (default: the server's)")
     p.add_argument("--log-windows", action="store_true",
                    help="print one line per monitor window (threads, ops/s, interactive p99, queues, SLA)")
     p.set_defaults(func=run)
@@ -66,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
                       password=password, metrics_port=args.metrics_port or None,
                       pool_size=args.pool_mb * _MIB, max_clients=args.max_clients,
                       max_bulk_bytes=args.max_bulk_bytes, io_threads=args.io_threads,
+                      batch_io_threads=args.batch_io_threads, batch_io_idle=args.batch_io_idle,
                       on_window=_print_window if args.log_windows else None)
 
         def started(s: Service) -> None:

@@ -37,7 +37,8 @@ STAT_CLASSES = ("interactive", "batch", "all")
 #: The latency quantiles of each window (stats key, quantile label).
 QUANTILES = (("p50_us", "0.5"), ("p99_us", "0.99"), ("p999_us", "0.999"))
 #: The server options passed through to `_core.Server` when given (None: the server's default).
-SERVER_LIMITS = ("max_clients", "max_bulk_bytes", "max_args", "max_output_bytes", "io_threads")
+SERVER_LIMITS = ("max_clients", "max_bulk_bytes", "max_args", "max_output_bytes", "io_threads",
+                 "batch_io_threads", "batch_io_idle")
 
 
 class _MiddlewarePlant:
@@ -95,6 +96,8 @@ class Service:
     metrics_port: None for no metrics endpoint, 0 for an ephemeral port, else the port of
         the HTTP endpoint serving Prometheus text metrics at /metrics (on `bind`).
     max_clients ... io_threads: the server's limits (None: its defaults).
+    batch_io_threads, batch_io_idle: the server's loops for batch connections and whether
+        they run under SCHED_IDLE (None: the server's defaults; docs/server.md).
     on_window: called with one summary row per closed window (from the control thread).
     server_factory: what builds the server, called as `_core.Server` is (default
         `_core.Server`); another RESP front end, or a stand-in in tests, can be put here.
@@ -106,7 +109,8 @@ class Service:
                  metrics_port: Optional[int] = None, pool_size: int = 1 << 30, max_threads: int = 32,
                  max_clients: Optional[int] = None, max_bulk_bytes: Optional[int] = None,
                  max_args: Optional[int] = None, max_output_bytes: Optional[int] = None,
-                 io_threads: Optional[int] = None,
+                 io_threads: Optional[int] = None, batch_io_threads: Optional[int] = None,
+                 batch_io_idle: Optional[bool] = None,
                  on_window: Optional[Callable[[dict], None]] = None,
                  server_factory: Optional[Callable[..., Any]] = None):
         self.device = device or "none"
@@ -125,7 +129,8 @@ class Service:
         self.max_threads = int(max_threads)
         self.limits = {k: v for k, v in (("max_clients", max_clients), ("max_bulk_bytes", max_bulk_bytes),
                                          ("max_args", max_args), ("max_output_bytes", max_output_bytes),
-                                         ("io_threads", io_threads)) if v is not None}
+                                         ("io_threads", io_threads), ("batch_io_threads", batch_io_threads),
+                                         ("batch_io_idle", batch_io_idle)) if v is not None}
         self.on_window = on_window
         self.server_factory = server_factory
         self.mw: Optional[Middleware] = None

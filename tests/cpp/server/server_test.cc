@@ -12,6 +12,7 @@
 #include <netinet/tcp.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -667,6 +668,156 @@ TEST_F(ServerTest, SeveralIoThreads) {
     EXPECT_EQ(clients[(i + 3) % 8]->Cmd({"GET", "k" + std::to_string(i)}), Bulk(std::to_string(i)));
   }
   EXPECT_EQ(server_->Stats().connections_current, 8u);
+}
+
+std::string ThreadName() {
+  char name[16] = {};
+  ::pthread_getname_np(::pthread_self(), name, sizeof name);
+  return name;
+}
+
+// Records the name of the thread the first engine operation on each key ran on.
+class ThreadsByKey {
+ public:
+  explicit ThreadsByKey(TestEngine* e) {
+    e->on_op = [this](std::string_view key) {
+      std::lock_guard<std::mutex> lock(mu_);
+      names_.emplace(std::string(key), ThreadName());
+    };
+  }
+  std::string operator[](const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return names_[key];
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::string> names_;
+};
+
+TEST_F(ServerTest, BatchIoThreadsAreValidated) {
+  StartAll();
+  ServerOptions o;
+  o.port = 0;
+  o.batch_io_threads = -1;
+  EXPECT_TRUE(Server().Start(mw_.get(), &engine_, o).IsInvalidArgument());
+  o.batch_io_threads = 65;
+  EXPECT_TRUE(Server().Start(mw_.get(), &engine_, o).IsInvalidArgument());
+}
+
+// A connection that starts sending a large value is moved to the batch loop, with the
+// commands it pipelined behind it; the interactive loop never receives the value, and
+// the connection's later small requests run on the batch loop.
+TEST_F(ServerTest, LargeValueMovesItsConnectionToTheBatchLoop) {
+  ThreadsByKey ran_on(&engine_);
+  ServerOptions o;
+  o.batch_io_threads = 1;
+  StartAll(o);
+  Client inter(port()), bulk(port());
+  ASSERT_EQ(inter.Cmd({"SET", "i1", "v"}), "+OK\r\n");
+  EXPECT_EQ(ran_on["i1"], "nvmw-io0");  // caller-runs on the accepting loop
+  std::string big(800 * 1024, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 131 + 7);
+  ASSERT_TRUE(bulk.Send(Multibulk({"SET", "big", big}) + Multibulk({"GET", "big"}) + Multibulk({"SET", "b1", "v"}) +
+                        Multibulk({"PING"})));
+  EXPECT_EQ(bulk.Reply(), "+OK\r\n");
+  EXPECT_EQ(bulk.Reply(), Bulk(big));
+  EXPECT_EQ(bulk.Reply(), "+OK\r\n");
+  EXPECT_EQ(bulk.Reply(), "+PONG\r\n");
+  EXPECT_EQ(server_->Stats().batch_moves, 1u);
+  EXPECT_EQ(ran_on["big"], "nvmw-batch");  // batch requests still run on batch workers
+  EXPECT_EQ(ran_on["b1"], "nvmw-bio0");    // a small one runs on the loop it is on now
+  ASSERT_EQ(inter.Cmd({"SET", "i2", "v"}), "+OK\r\n");
+  EXPECT_EQ(ran_on["i2"], "nvmw-io0");
+  ASSERT_EQ(bulk.Cmd({"SET", "big2", big}), "+OK\r\n");
+  EXPECT_EQ(server_->Stats().batch_moves, 1u);  // already there
+  EXPECT_EQ(inter.Cmd({"GET", "big2"}), Bulk(big));
+  EXPECT_EQ(server_->Stats().connections_current, 2u);
+}
+
+TEST_F(ServerTest, NvmwClassMovesBetweenLoops) {
+  ThreadsByKey ran_on(&engine_);
+  ServerOptions o;
+  o.batch_io_threads = 1;
+  StartAll(o);
+  Client c(port());
+  ASSERT_EQ(c.Cmd({"NVMW.CLASS", "batch"}), "+OK\r\n");
+  EXPECT_EQ(server_->Stats().batch_moves, 1u);
+  ASSERT_EQ(c.Cmd({"NVMW.CLASS", "auto"}), "+OK\r\n");  // auto stays where it is
+  ASSERT_EQ(c.Cmd({"SET", "s1", "v"}), "+OK\r\n");
+  EXPECT_EQ(ran_on["s1"], "nvmw-bio0");
+  ASSERT_EQ(c.Cmd({"NVMW.CLASS", "interactive"}), "+OK\r\n");  // back to an accepting loop
+  ASSERT_EQ(c.Cmd({"SET", "s2", "v"}), "+OK\r\n");
+  EXPECT_EQ(ran_on["s2"], "nvmw-io0");
+  // An interactive connection keeps its loop whatever it sends.
+  ASSERT_EQ(c.Cmd({"SET", "big", std::string(256 * 1024, 'x')}), "+OK\r\n");
+  ASSERT_EQ(c.Cmd({"SET", "s3", "v"}), "+OK\r\n");
+  EXPECT_EQ(ran_on["s3"], "nvmw-io0");
+  EXPECT_EQ(server_->Stats().batch_moves, 1u);
+}
+
+TEST_F(ServerTest, WithoutBatchLoopsNothingMoves) {
+  ThreadsByKey ran_on(&engine_);
+  ServerOptions o;
+  o.batch_io_threads = 0;
+  StartAll(o);
+  Client c(port());
+  ASSERT_EQ(c.Cmd({"SET", "big", std::string(256 * 1024, 'x')}), "+OK\r\n");
+  ASSERT_EQ(c.Cmd({"NVMW.CLASS", "batch"}), "+OK\r\n");
+  ASSERT_EQ(c.Cmd({"NVMW.CLASS", "auto"}), "+OK\r\n");
+  ASSERT_EQ(c.Cmd({"SET", "s1", "v"}), "+OK\r\n");
+  EXPECT_EQ(ran_on["s1"], "nvmw-io0");
+  EXPECT_EQ(server_->Stats().batch_moves, 0u);
+}
+
+// Stop finishes a command in flight on a batch loop and closes its connection.
+TEST_F(ServerTest, StopDrainsTheBatchLoops) {
+  ServerOptions o;
+  o.batch_io_threads = 2;
+  o.batch_io_idle = true;
+  StartAll(o);
+  Client c(port());
+  ASSERT_EQ(c.Cmd({"NVMW.CLASS", "batch"}), "+OK\r\n");
+  engine_.CloseGate();
+  ASSERT_TRUE(c.Send(Multibulk({"SET", "acked", std::string(128 * 1024, 'y')})));
+  ASSERT_TRUE(engine_.WaitInflight(1));
+  std::atomic<bool> stopped{false};
+  std::thread stopper([&] {
+    ASSERT_TRUE(server_->Stop().ok());
+    stopped = true;
+  });
+  ASSERT_TRUE(WaitUntil([&] { return !Client(port()).connected(); }));
+  EXPECT_FALSE(stopped.load());
+  engine_.OpenGate();
+  EXPECT_EQ(c.Reply(), "+OK\r\n");
+  EXPECT_TRUE(c.ClosedByServer());
+  stopper.join();
+  EXPECT_TRUE(engine_.Exists("acked").ok());
+  EXPECT_EQ(server_->Stats().connections_current, 0u);
+}
+
+// Many connections moving to two batch loops while others stay: every reply is right.
+TEST_F(ServerTest, ManyConnectionsMoveConcurrently) {
+  ServerOptions o;
+  o.batch_io_threads = 2;
+  StartAll(o);
+  const std::string big(96 * 1024, 'z');
+  std::vector<std::thread> ts;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 8; ++t) {
+    ts.emplace_back([&, t] {
+      Client c(port());
+      for (int i = 0; i < 10; ++i) {
+        const std::string k = "k" + std::to_string(t) + "-" + std::to_string(i);
+        const std::string v = (t % 2 == 0) ? big + k : k;
+        if (c.Cmd({"SET", k, v}) != "+OK\r\n") ++wrong;
+        if (c.Cmd({"GET", k}) != Bulk(v)) ++wrong;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(server_->Stats().batch_moves, 4u);  // the four connections sending large values
 }
 
 }  // namespace
