@@ -102,7 +102,7 @@ with open(sys.argv[2], "w") as fh:
 EOF
   step "c. sim fit: $FIT_EVALS evaluations, $FIT_WINDOWS windows per configuration"
   nvmw sim fit "$sweep" "$nc" --start "$start" --max-evals "$FIT_EVALS" --windows "$FIT_WINDOWS" \
-    --free background client_cpu_us wake_cpu_us op_cpu_us copy_bytes_per_ns jitter quantum_us spin_us \
+    --free background client_cpu_us wake_cpu_us op_cpu_us copy_bytes_per_ns jitter spin_us \
     --out "$work/sim-fit.tmp.json"
   mv "$work/sim-fit.tmp.json" "$work/sim-fit.json"
 else step "c. sim fit: $work/sim-fit.json exists, skipped"; fi
