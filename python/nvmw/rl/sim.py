@@ -3,8 +3,9 @@
 `SimEnv` has the spaces, reward, info keys and methods of `nvmw.rl.envs.RealEnv`, but each
 step advances a virtual-time discrete-event model of nvmw (`_core.Simulator`, C++) by one
 window instead of waiting for one: the phase's own traces (the same `build_trace` as the
-real replays), its client threads, the two queues and pools, a processor-shared CPU and
-the device model. A 200-step episode takes well under a second.
+real replays), its client threads, the middleware's permits, a processor-shared CPU and
+the device model. Each window's steady rest is fast-forwarded unless `exact=True`
+(docs/sim.md): a 200-step episode at 1 s windows takes about 0.1 s of CPU.
 
 It exists so that training (the thesis's hundreds of 200-step episodes per phase) takes
 minutes, not days. The model's free parameters (CPU costs, wake-up cost, copy bandwidth,
