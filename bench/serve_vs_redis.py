@@ -268,7 +268,8 @@ def main() -> int:
         "versions": {"nvmw": nvmw.__version__, "nvmw_commit": commit, "redis_server": version([redis_server, "--version"]),
                      "redis_benchmark": version([need("redis-benchmark"), "--version"])},
         "config": {"nvmw": f"nvmw serve --engine pmem (pool on /dev/shm, PMEM_IS_PMEM_FORCE=1) --controller "
-                           f"{args.controller}" + (f" --io-threads {args.io_threads}" if args.io_threads else ""),
+                           f"{args.controller}" + (f" --io-threads {args.io_threads}" if args.io_threads else "")
+                           + " (batch loops: the server's default, 1 under SCHED_IDLE)",
                    "redis": "redis-server --save '' --appendonly no (no persistence)",
                    "rounds": args.rounds, "small_n": args.small_n, "inter_n": args.inter_n,
                    "inter_clients": args.inter_clients, "batch_clients": args.batch_clients,

@@ -8,8 +8,10 @@
 // (caller-runs, Middleware::SubmitOrRun), one that has to wait is run later by a worker
 // of its class, and its reply is posted back to the loop. A connection with a command in
 // flight parses no further command until it completes, so replies keep request order;
-// other connections go on. A SET is acknowledged once the engine's Put returned OK
-// (durable on the pmem engine).
+// other connections go on. A connection that starts sending a large value (or says
+// NVMW.CLASS batch) is moved to a batch loop of its own (batch_io_threads), so the loop
+// of interactive connections never receives large values. A SET is acknowledged once
+// the engine's Put returned OK (durable on the pmem engine).
 //
 // Thread safety: every method may be called from any thread (Start and Stop are
 // serialized; a second Stop waits for the first).
