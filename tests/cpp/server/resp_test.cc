@@ -123,6 +123,35 @@ TEST(RespParserTest, BulkSinkReceivesALargeArgumentInPlace) {
   EXPECT_EQ(got, (std::vector<Args>{{"SET", "k", value}, {"PING"}}));
 }
 
+// Every argument keeps exactly its declared length, whatever the growth of the string
+// holding it (sizes around the short-string buffer, its doubling, and past 1 MiB, where the
+// argument grows as its bytes arrive), parsed whole and byte by byte, and with
+// bulk_in_progress() telling the declared length while inside the argument.
+TEST(RespParserTest, ArgumentsKeepTheirDeclaredLength) {
+  for (size_t len : {0u, 1u, 15u, 16u, 17u, 29u, 30u, 31u, 64u, 65536u, (1u << 20) + 5u, (3u << 20) + 1u}) {
+    std::string arg(len, '\0');
+    for (size_t i = 0; i < len; ++i) arg[i] = static_cast<char>('a' + i % 26);
+    const std::string input = Multibulk({"SET", arg, arg});
+    Parser whole;
+    size_t used = 0;
+    ASSERT_EQ(whole.Parse(input.data(), input.size(), &used), Parser::Result::kCommand) << len;
+    EXPECT_EQ(whole.args(), (Args{"SET", arg, arg})) << len;
+    Parser split;
+    bool seen_in_progress = len == 0;
+    for (size_t i = 0; i < input.size(); ++i) {
+      const Parser::Result r = split.Parse(input.data() + i, 1, &used);
+      ASSERT_NE(r, Parser::Result::kError) << split.error();
+      if (split.bulk_in_progress() == len) seen_in_progress = true;
+      if (r == Parser::Result::kCommand) {
+        ASSERT_EQ(i + 1, input.size());
+        EXPECT_EQ(split.args(), (Args{"SET", arg, arg})) << len;
+      }
+    }
+    EXPECT_TRUE(seen_in_progress) << len;
+    EXPECT_EQ(split.bulk_in_progress(), 0u);
+  }
+}
+
 TEST(RespParserTest, InlineCommandsWithRedisQuoting) {
   std::string error;
   EXPECT_EQ(ParseAll("PING\r\n", 100), (std::vector<Args>{{"PING"}}));
