@@ -20,6 +20,10 @@ comm,sym`).
 
     python bench/serve_colocation_profile.py --rounds 3 --out bench/results-serve-profile.json
     python bench/serve_colocation_profile.py --nvmw base= --nvmw split='--batch-io-threads 1'
+    python bench/serve_colocation_profile.py --nvmw old='NVMW_DEV_CORE_DIR=/tmp/old-core' --nvmw new=
+
+(leading NAME=VALUE words of a configuration are set in that server's environment: two
+builds side by side.)
 """
 from __future__ import annotations
 
@@ -196,8 +200,12 @@ def run_server(name: str, spec: str, d: str) -> tuple:
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     else:
         env = dict(os.environ, PMEM_IS_PMEM_FORCE="1")
+        words = spec.split()
+        while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):  # leading NAME=VALUE: environment
+            k, v = words.pop(0).split("=", 1)
+            env[k] = v
         cmd = [sys.executable, "-m", "nvmw", "serve", "--port", str(port), "--engine", "pmem", "--path",
-               os.path.join(d, f"{name}.pool"), "--pool-mb", "2048", *spec.split()]
+               os.path.join(d, f"{name}.pool"), "--pool-mb", "2048", *words]
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port, proc)
     return port, proc
