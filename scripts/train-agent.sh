@@ -24,7 +24,8 @@
 # NVMW_FQI_ITERATIONS (10; thesis 2), NVMW_TUNE_CV (5), NVMW_TUNE_GRID (thesis: thesis),
 # NVMW_TUNE_MAX_SAMPLES (thesis 2000),
 # NVMW_TRAIN_SLA (calibrated-optane-1dimm), NVMW_TRAIN_SIM_PARAMS (the shipped fit for
-# optane-1dimm), NVMW_TRAIN_WORKERS (thesis 2), NVMW_TRAIN_BACKEND (local), NVMW_RAY_ADDRESS.
+# optane-1dimm), NVMW_TRAIN_WORKERS (thesis 2), NVMW_TRAIN_BACKEND (local), NVMW_RAY_ADDRESS,
+# NVMW_TRAIN_CURVE (thesis: docs/rl-learning-curve-thesis.png).
 # Needs the package installed (scripts/setup.sh) or NVMW_DEV_CORE_DIR/PYTHONPATH set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +50,7 @@ case "$scale" in
     name=qlearning-optane-1dimm-thesis; work=${NVMW_TRAIN_WORK:-build/train-agent-thesis}
     window=1.0; train_eps=${NVMW_TRAIN_EPISODES:-700}; fqi=${NVMW_FQI_ITERATIONS:-2}
     tune_grid=(--grid "${NVMW_TUNE_GRID:-thesis}" --max-samples "${NVMW_TUNE_MAX_SAMPLES:-2000}"); workers=${NVMW_TRAIN_WORKERS:-2}; update=episode
-    curve=docs/rl-learning-curve-thesis.png ;;
+    curve=${NVMW_TRAIN_CURVE:-docs/rl-learning-curve-thesis.png} ;;
   *) echo "train-agent.sh: --scale must be shipped or thesis, not $scale" >&2; exit 2 ;;
 esac
 mkdir -p "$out" "$work"

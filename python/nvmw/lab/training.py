@@ -168,12 +168,12 @@ def plot_curve(history: Sequence[Mapping[str, Any]], path: str, header: Mapping[
             axes[2].plot(x, _running(both, 25 if many else 1, np.mean), lw=1, label=f"phase {ph}")
     axes[0].set_yscale("symlog")
     axes[0].set_xlabel("episode (per phase)")
-    axes[0].set_ylabel("median step reward" + (" (running median of 25)" if many else ""))
+    axes[0].set_ylabel("median step reward" + (" (median of 25)" if many else ""))
     axes[1].set_xlabel("episode (per phase)")
     axes[1].set_ylabel("epsilon")
     if has_sla:
         axes[2].set_xlabel("episode (per phase)")
-        axes[2].set_ylabel("steps meeting both SLAs" + (" (running mean of 25)" if many else ""))
+        axes[2].set_ylabel("both SLAs met" + (" (mean of 25)" if many else ""))
         axes[2].set_ylim(-0.02, 1.02)
     if phases:  # no Q-learning episodes (pretraining only): empty axes, no legend
         axes[0].legend(fontsize=7)
