@@ -251,6 +251,7 @@ Status PmemEngine::Put(std::string_view key, std::string_view value) {
       if (old_quarantined) Unquarantine(Off(old));
     }
     pmemobj_set_value(pop_, &acts[nacts++], link, oid.off);
+    std::unique_lock<std::mutex> published(publish_mu_);
     if (pmemobj_publish(pop_, acts, nacts) != 0) {
       int err = errno;
       pmemobj_cancel(pop_, acts, nacts);
@@ -287,6 +288,7 @@ Status PmemEngine::Remove(std::string_view key) {
   pmemobj_set_value(pop_, &acts[0], link, old->next);
   pmemobj_defer_free(pop_, PMEMoid{uuid_lo_, Off(old)}, &acts[1]);
   if (old_quarantined) Unquarantine(Off(old));
+  std::unique_lock<std::mutex> published(publish_mu_);
   if (pmemobj_publish(pop_, acts, 2) != 0) {
     int err = errno;
     pmemobj_cancel(pop_, acts, 2);
