@@ -742,7 +742,8 @@ TEST_F(ServerTest, NvmwClassMovesBetweenLoops) {
   StartAll(o);
   Client c(port());
   ASSERT_EQ(c.Cmd({"NVMW.CLASS", "batch"}), "+OK\r\n");
-  EXPECT_EQ(server_->Stats().batch_moves, 1u);
+  // The reply is written before the connection is handed to the batch loop.
+  EXPECT_TRUE(WaitUntil([&] { return server_->Stats().batch_moves == 1u; }));
   ASSERT_EQ(c.Cmd({"NVMW.CLASS", "auto"}), "+OK\r\n");  // auto stays where it is
   ASSERT_EQ(c.Cmd({"SET", "s1", "v"}), "+OK\r\n");
   EXPECT_EQ(ran_on["s1"], "nvmw-bio0");
