@@ -206,7 +206,8 @@ void Middleware::Impl::Dispatch(PermitWaiter* granted, Task** run_next) {
   }
 }
 
-Status Middleware::Impl::RunOnCaller(Task* t, std::string* out, Status* result) {
+Status Middleware::Impl::RunOnCaller(Task* t, std::string* out, Status* result,
+                                     const Completion* done) {
   const int c = static_cast<int>(t->cls);
   switch (PermitsOf(c).Acquire(t, max_waiters)) {
     case Permits::Admit::kGranted:
@@ -230,6 +231,12 @@ Status Middleware::Impl::RunOnCaller(Task* t, std::string* out, Status* result) 
       return Status::Shutdown("middleware is not running");
     case Permits::Admit::kFull:
       return Refuse(c, max_waiters);
+  }
+  if (done != nullptr) {
+    // The completion runs before the permit goes back, so Stop, which waits for every
+    // permit, cannot return before it.
+    RunInlineHoldingPermit(c, t->op, t->cls, t->key, t->value, t->submit_ns, *done);
+    return Status::OK();
   }
   uint64_t bytes = 0;
   *result = ExecuteOp(db, t->op, t->key, t->value, out, &bytes);
@@ -283,13 +290,9 @@ Status Middleware::Impl::Submit(Request&& request, Completion&& done) {
     t.cls = cls;
     t.key = request.key;
     t.value = request.value;
-    std::string value;
+    std::string unused;
     Status result;
-    s = RunOnCaller(&t, &value, &result);
-    if (!s.ok()) return s;
-    if (!result.ok()) value.clear();
-    done(result, std::move(value));
-    return Status::OK();
+    return RunOnCaller(&t, &unused, &result, &done);
   }
   // Before Start there is no task pool to draw from.
   if (!started.load(std::memory_order_acquire)) {

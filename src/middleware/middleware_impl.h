@@ -239,8 +239,10 @@ struct Middleware::Impl {
   // Admits `t` under its class's permits and runs it on the calling thread when a
   // permit is free; otherwise waits in the FIFO until a worker has run it (no-control:
   // until it holds a permit, then runs it). Returns Shutdown/Overloaded when refused;
-  // else *result is the engine's status.
-  Status RunOnCaller(Task* t, std::string* out, Status* result);
+  // else *result is the engine's status. With `done` (no-control Submit; control must
+  // be off) the request's completion is called before the permit goes back instead.
+  Status RunOnCaller(Task* t, std::string* out, Status* result,
+                     const Completion* done = nullptr);
   Status SyncCall(OpType op, std::string_view key, std::string_view value, std::string* out,
                   RequestClass hint);
   Status Submit(Request&& request, Completion&& done);

@@ -476,6 +476,37 @@ TEST_P(MiddlewareTest, NoControlModeBoundsInflight) {
   EXPECT_GE(w.all.p50_us, 1000.0 * 0.99);  // every op slept >= 1 ms in the engine
 }
 
+// No control runs an async request on the submitting thread; Stop must still wait for
+// its completion, as it waits for a worker's. The completion lingers, so a Stop that
+// did not wait would return while it runs.
+TEST_P(MiddlewareTest, NoControlStopWaitsForARunningCompletion) {
+  TestEngine engine;
+  MiddlewareOptions o = SmallOptions();
+  o.control = false;
+  Middleware mw(o);
+  ASSERT_TRUE(mw.Start(&engine, 1, 1).ok());
+  std::atomic<bool> entered{false}, finished{false};
+  std::thread submitter([&] {
+    Request r;
+    r.op = OpType::kPut;
+    r.key = "k";
+    r.value = "v";
+    EXPECT_TRUE(mw.Submit(std::move(r),
+                          [&](const Status& s, std::string&&) {
+                            EXPECT_TRUE(s.ok());
+                            entered.store(true);
+                            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                            finished.store(true);
+                          })
+                    .ok());
+  });
+  while (!entered.load()) std::this_thread::yield();
+  ASSERT_TRUE(mw.Stop().ok());
+  EXPECT_TRUE(finished.load());
+  submitter.join();
+  EXPECT_EQ(mw.GetStats().all.ops, 1u);
+}
+
 // Window statistics of a run with known operations, delays and sizes.
 TEST_P(MiddlewareTest, WindowStatsOfKnownRun) {
   TestEngine engine;
