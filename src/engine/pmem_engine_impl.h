@@ -105,6 +105,9 @@ class PmemEngine final : public Engine {
   // (Corruption) unless rec->report is set (check mode). Rebuilds the volatile
   // counts and, on an undamaged pool, frees entry objects no chain reaches.
   Status Recover(const std::string& path, const ImageInfo& info, Recovery* rec);
+  // Makes libpmemobj rebuild its free-space view now, on the opening thread (see the
+  // definition for why).
+  void WarmAllocator();
 
   Status Get(std::string_view key, const ValueFn& fn) override {
     return WithServable(key, [&](const Entry* e) {
@@ -215,12 +218,6 @@ class PmemEngine final : public Engine {
   std::vector<Stripe> stripes_;
   std::atomic<bool> has_quarantine_{false};
   mutable std::mutex quarantine_mu_;
-  // Serializes pmemobj_publish across lock stripes. With two threads publishing at
-  // once, 4 of 16 runs of 100 SIGKILL cycles (tests/cpp/engine/crash_test.cc) left a
-  // pool that libpmemobj rejected at reopen ("heap: chunk sizes mismatch") or a bucket
-  // link to an object the heap does not list; with this lock, none in 20 runs. The
-  // cause inside libpmemobj is not identified (docs/reliability.md, known problems).
-  std::mutex publish_mu_;
   std::unordered_map<uint64_t, bool> quarantine_;
 };
 
