@@ -48,7 +48,9 @@ struct ServerOptions {
   // Most arguments in one command (*<n>); more is a protocol error.
   size_t max_args = 1 << 20;
   // Replies pending on one connection before it stops being read (a client that sends
-  // but does not read cannot make the server buffer without bound).
+  // but does not read cannot make the server buffer without bound). An MGET at the cap
+  // pauses between two keys until the client has read below it, so it holds at most
+  // this plus one value.
   uint64_t max_output_bytes = 64ull << 20;
   // A connection whose pending output stays at or above max_output_bytes this long
   // without the client reading any of it is closed (counted in output_buffer_closes).
@@ -86,6 +88,10 @@ struct ServerStats {
   uint64_t protocol_errors = 0;       // connections closed for malformed input
   uint64_t auth_failures = 0;         // AUTH/HELLO with a wrong password
   uint64_t output_buffer_closes = 0;  // connections closed for not reading their replies
+  // The most reply bytes one connection has held at once: its queued output plus the
+  // values an MGET has read and not queued yet. Below max_output_bytes plus one
+  // command's reply, or plus one value for an MGET (which pauses at the cap).
+  uint64_t output_peak_bytes = 0;
   uint64_t batch_moves = 0;           // connections moved to a batch loop (batch_io_threads)
 };
 

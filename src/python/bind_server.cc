@@ -108,12 +108,13 @@ void BindServer(nb::module_& m) {
              out["protocol_errors"] = st.protocol_errors;
              out["auth_failures"] = st.auth_failures;
              out["output_buffer_closes"] = st.output_buffer_closes;
+             out["output_peak_bytes"] = st.output_peak_bytes;
              out["batch_moves"] = st.batch_moves;
              return out;
            },
            "Counters since start(): connections_current, connections_total,\n"
            "rejected_connections, commands, protocol_errors, auth_failures, output_buffer_closes,\n"
-           "batch_moves.");
+           "batch_moves; output_peak_bytes, the most reply bytes one connection has held at once.");
 }
 
 }  // namespace nvmw::py

@@ -176,6 +176,12 @@ bool ValidClientName(std::string_view n) {
 void Server::Impl::Continue(IoThread* io, Conn* c) {
   PendingCommand& p = *c->pending;
   while (p.next < p.total) {
+    if (p.kind == PendingCommand::Kind::kMget && c->out_bytes + p.held >= options.max_output_bytes) {
+      // The reply reached the output cap: queue what was read and read no further key
+      // until the client has taken the output below the cap (Flush resumes).
+      QueueValues(c, p, p.next);
+      if (c->out_bytes >= options.max_output_bytes) return;
+    }
     Request r;
     r.cls = c->cls;
     switch (p.kind) {
@@ -238,7 +244,10 @@ void Server::Impl::Absorb(Conn* c) {
   const Status& s = c->result_status;
   const size_t i = p.next++;
   if (!s.ok() && !s.IsNotFound()) {
-    if (p.error.empty()) p.error = ErrorFor(s);
+    if (p.error.empty()) {
+      p.error = ErrorFor(s);
+      p.error_at = i;
+    }
     p.next = p.total;  // the command stops at its first error
     c->result_value.clear();
     return;
@@ -247,6 +256,7 @@ void Server::Impl::Absorb(Conn* c) {
     case PendingCommand::Kind::kGet:
     case PendingCommand::Kind::kMget:
       if (s.ok()) {
+        p.held += c->result_value.size();
         p.values[i] = std::move(c->result_value);
         p.found[i] = 1;
       }
@@ -262,9 +272,24 @@ void Server::Impl::Absorb(Conn* c) {
   c->result_value.clear();
 }
 
+void Server::Impl::QueueValues(Conn* c, PendingCommand& p, size_t end) {
+  if (!p.streaming) {
+    Send(c, [&](std::string* out) { resp::AppendArrayHeader(out, p.total); });
+    p.streaming = true;
+  }
+  for (; p.sent < end; ++p.sent) {
+    if (p.found[p.sent]) {
+      p.held -= p.values[p.sent].size();
+      SendValue(c, std::move(p.values[p.sent]));
+    } else {
+      Send(c, [&](std::string* out) { resp::AppendNull(out, c->resp3); });
+    }
+  }
+}
+
 void Server::Impl::FinishPending(Conn* c) {
   std::unique_ptr<PendingCommand> p = std::move(c->pending);
-  if (!p->error.empty()) {
+  if (!p->error.empty() && !p->streaming) {
     Send(c, [&](std::string* out) { resp::AppendError(out, p->error); });
     return;
   }
@@ -276,16 +301,16 @@ void Server::Impl::FinishPending(Conn* c) {
         Send(c, [&](std::string* out) { resp::AppendNull(out, c->resp3); });
       }
       break;
-    case PendingCommand::Kind::kMget:
-      Send(c, [&](std::string* out) { resp::AppendArrayHeader(out, p->total); });
-      for (size_t i = 0; i < p->total; ++i) {
-        if (p->found[i]) {
-          SendValue(c, std::move(p->values[i]));
-        } else {
-          Send(c, [&](std::string* out) { resp::AppendNull(out, c->resp3); });
-        }
+    case PendingCommand::Kind::kMget: {
+      // Part of the reply already queued (it reached the output cap): the array's length
+      // is sent, so an error answers the failing key and each key after it in place.
+      const size_t end = p->error.empty() ? p->total : p->error_at;
+      QueueValues(c, *p, end);
+      for (size_t i = end; i < p->total; ++i) {
+        Send(c, [&](std::string* out) { resp::AppendError(out, p->error); });
       }
       break;
+    }
     case PendingCommand::Kind::kDel:
     case PendingCommand::Kind::kExists:
       Send(c, [&](std::string* out) { resp::AppendInteger(out, p->count); });
@@ -370,6 +395,7 @@ std::string Server::Impl::Info(const std::vector<std::string>& args) {
     line("nvmw_protocol_errors", std::to_string(protocol_errors.load()));
     line("nvmw_auth_failures", std::to_string(auth_failures.load()));
     line("nvmw_output_buffer_closes", std::to_string(output_buffer_closes.load()));
+    line("nvmw_output_peak_bytes", std::to_string(output_peak_bytes.load()));
   }
   if (want("keyspace")) {
     section("Keyspace");
@@ -420,6 +446,7 @@ std::string Server::Impl::StatsJson() {
          ",\"protocol_errors\":" + std::to_string(protocol_errors.load()) +
          ",\"auth_failures\":" + std::to_string(auth_failures.load()) +
          ",\"output_buffer_closes\":" + std::to_string(output_buffer_closes.load()) +
+         ",\"output_peak_bytes\":" + std::to_string(output_peak_bytes.load()) +
          ",\"batch_moves\":" + std::to_string(batch_moves.load()) + "}}";
   return out;
 }

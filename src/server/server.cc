@@ -459,9 +459,19 @@ void Server::Impl::ProcessInput(IoThread* io, Conn* c) {
 
 void Server::Impl::OnWritable(IoThread* io, Conn* c) { Flush(io, c); }
 
+void Server::Impl::NoteOutputPeak(const Conn* c) {
+  const uint64_t held = c->out_bytes + (c->pending ? c->pending->held : 0);
+  uint64_t peak = output_peak_bytes.load(std::memory_order_relaxed);
+  while (held > peak && !output_peak_bytes.compare_exchange_weak(peak, held, std::memory_order_relaxed)) {
+  }
+}
+
 void Server::Impl::Flush(IoThread* io, Conn* c) {
   if (c->closed) return;
   for (;;) {
+    // Output only grows between two writes, and every write is made here: the peak is
+    // seen before it.
+    NoteOutputPeak(c);
     while (!c->out.empty()) {
       iovec iov[kMaxIov];
       int cnt = 0;
@@ -501,6 +511,13 @@ void Server::Impl::Flush(IoThread* io, Conn* c) {
     if (c->out.empty() && c->close_after_write) {
       Close(io, c);
       return;
+    }
+    // An MGET paused at the cap (nothing in flight) and the output went below it: its
+    // next keys are read now; what they queue is written in the next round.
+    if (c->pending && !c->in_flight && c->out_bytes < options.max_output_bytes) {
+      const uint64_t before = c->out_bytes;
+      Continue(io, c);
+      if (c->out_bytes != before) continue;
     }
     // Output went below the cap: commands already read may go on. Loops (no recursion)
     // while that makes progress, writing what each round produced.
@@ -701,6 +718,7 @@ ServerStats Server::Stats() const {
   s.protocol_errors = impl_->protocol_errors.load(std::memory_order_relaxed);
   s.auth_failures = impl_->auth_failures.load(std::memory_order_relaxed);
   s.output_buffer_closes = impl_->output_buffer_closes.load(std::memory_order_relaxed);
+  s.output_peak_bytes = impl_->output_peak_bytes.load(std::memory_order_relaxed);
   s.batch_moves = impl_->batch_moves.load(std::memory_order_relaxed);
   return s;
 }

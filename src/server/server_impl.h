@@ -34,6 +34,12 @@ struct OutPiece {
 
 // A key command being executed: its sub-requests (one per key) go to the middleware one
 // after the other; each result is folded in until the reply can be built.
+//
+// MGET holds its values until the reply is built whole at the end, unless the values
+// held and the connection's queued output reach max_output_bytes: then the array header
+// and the values held so far are queued (`streaming`) and the command pauses between two
+// keys (pending set, nothing in flight) until the client has read the output below the
+// cap. So at most max_output_bytes plus one value is held for a connection.
 struct PendingCommand {
   enum class Kind : uint8_t { kGet, kSet, kDel, kExists, kMget, kMset };
   Kind kind = Kind::kGet;
@@ -43,7 +49,11 @@ struct PendingCommand {
   int64_t count = 0;              // DEL / EXISTS: keys found
   std::vector<std::string> values;  // MGET: values (moved from the middleware)
   std::vector<uint8_t> found;       // MGET: whether each key exists
-  std::string error;                // first error (SET / MSET): the reply
+  std::string error;                // first error: the reply (see error_at for MGET)
+  size_t error_at = 0;              // the key whose sub-request failed (error set)
+  bool streaming = false;           // MGET: the array header is queued
+  size_t sent = 0;                  // MGET: values [0, sent) are queued
+  uint64_t held = 0;                // MGET: bytes of values [sent, next), read, not queued
 };
 
 struct Conn {
@@ -66,7 +76,8 @@ struct Conn {
   std::string name;      // CLIENT SETNAME
   int64_t stalled_since_ns = 0;  // output at the cap, no write progress since (0: not)
 
-  // The command in flight, if any. While set, no further command is parsed.
+  // The command in flight, if any. While set, no further command is parsed. Set with
+  // nothing in flight: an MGET paused at the output cap (Flush resumes it).
   std::unique_ptr<PendingCommand> pending;
   bool in_flight = false;  // a sub-request is with the middleware (set by the loop only)
   // Result of the last sub-request, written by its completion (inline on the loop, or on
@@ -126,6 +137,7 @@ struct Server::Impl {
   std::atomic<uint64_t> protocol_errors{0};
   std::atomic<uint64_t> auth_failures{0};
   std::atomic<uint64_t> output_buffer_closes{0};
+  std::atomic<uint64_t> output_peak_bytes{0};  // most reply bytes one connection held at once
   std::atomic<uint64_t> batch_moves{0};
   std::atomic<uint64_t> next_batch_loop{0};
   std::atomic<uint64_t> next_inter_loop{0};
@@ -141,8 +153,13 @@ struct Server::Impl {
   void OnWritable(IoThread* io, Conn* c);
   // Parses and runs commands from the input buffer while the connection may.
   void ProcessInput(IoThread* io, Conn* c);
-  // Writes what it can; closes the connection on a write error or when done after QUIT.
+  // Writes what it can, resumes a command paused at the output cap once the output is
+  // below it, then runs the commands already read; closes the connection on a write
+  // error or when done after QUIT.
   void Flush(IoThread* io, Conn* c);
+  // Raises output_peak_bytes to the reply bytes the connection holds now (queued output
+  // and the values of an MGET not queued yet).
+  void NoteOutputPeak(const Conn* c);
   // Registers the epoll interest the connection's state calls for.
   void UpdateInterest(IoThread* io, Conn* c);
   void Close(IoThread* io, Conn* c);
@@ -186,11 +203,15 @@ struct Server::Impl {
   // Runs one parsed command (args non-empty). Key commands may leave c->pending set.
   void Execute(IoThread* io, Conn* c, std::vector<std::string>& args);
   // Advances c->pending: submits sub-requests until one goes to a worker (returns with
-  // c->in_flight set) or all are done (builds the reply, clears pending).
+  // c->in_flight set), an MGET reaches the output cap (queues what it read and returns
+  // paused: pending set, nothing in flight) or all are done (builds the reply, clears
+  // pending).
   void Continue(IoThread* io, Conn* c);
   // Folds the last sub-request's result into c->pending.
   void Absorb(Conn* c);
   void FinishPending(Conn* c);
+  // MGET: queues the array header (once) and the values [p.sent, end).
+  static void QueueValues(Conn* c, PendingCommand& p, size_t end);
   std::string Info(const std::vector<std::string>& args);
   std::string StatsJson();
   bool IsStopping() const { return stopping.load(std::memory_order_acquire); }

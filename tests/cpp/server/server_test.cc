@@ -1,8 +1,8 @@
 // The Redis-protocol server end to end over loopback, with a tiny raw-socket client:
 // the commands, pipelining with replies in order, a request run by a worker while the
 // loop serves others, large values, protocol errors and the caps, AUTH, the client
-// cap, a slow reader that blocks nobody and is closed once stalled, and the graceful
-// Stop that finishes a command in flight.
+// cap, a slow reader that blocks nobody and is closed once stalled, an MGET that pauses
+// at the output cap, and the graceful Stop that finishes a command in flight.
 #include "nvmw/server.h"
 
 #include <gtest/gtest.h>
@@ -579,6 +579,167 @@ TEST_F(ServerTest, SlowReaderBlocksNobodyAndIsClosedWhenStalled) {
   sender.join();
   EXPECT_EQ(setup.Cmd({"PING"}), "+PONG\r\n");
   EXPECT_LT(server_->Stats().commands, 200u + 42u);  // the slow client's GETs were not all run
+}
+
+// ---- MGET at the output cap ----
+
+constexpr uint64_t kMgetCap = 1 << 20;
+constexpr size_t kMgetValueBytes = 256 * 1024;
+constexpr int kMgetValues = 64;  // 16 MiB: more than the socket buffers hold
+// The bound on what one connection may hold: the cap, one value, and the array and bulk
+// headers of the values queued when the cap is crossed.
+constexpr uint64_t kMgetBound = kMgetCap + kMgetValueBytes + 4096;
+
+// Stores kMgetValues distinct values under "mv-<i>"; returns them.
+std::vector<std::string> StoreMgetValues(Client& c) {
+  std::vector<std::string> values;
+  for (int i = 0; i < kMgetValues; ++i) {
+    std::string v(kMgetValueBytes, '\0');
+    for (size_t j = 0; j < v.size(); ++j) v[j] = static_cast<char>(j * 31 + static_cast<size_t>(i) * 7 + 1);
+    EXPECT_EQ(c.Cmd({"SET", "mv-" + std::to_string(i), v}), "+OK\r\n");
+    values.push_back(std::move(v));
+  }
+  return values;
+}
+
+std::vector<std::string> MgetArgs(int n) {
+  std::vector<std::string> args{"MGET"};
+  for (int i = 0; i < n; ++i) args.push_back("mv-" + std::to_string(i));
+  return args;
+}
+
+// A fixed receive buffer (no autotuning), so that a client reading nothing leaves most
+// of a 16 MiB reply queued at the server. Not smaller: with a window below the loopback
+// segment size the transfer crawls once the client reads.
+void ShrinkReceiveBuffer(Client& c) {
+  int rcvbuf = 256 * 1024;
+  ::setsockopt(c.fd(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+}
+
+// MGET over values worth 16 times the output cap from a client that reads nothing at
+// first: the command pauses between two keys while the connection's queued output is at
+// the cap, so the server holds at most the cap plus one value for it (without the pause
+// it read all 64 values into the reply at once). Then the client reads: the reply is the
+// whole array byte for byte, and the PING pipelined behind it is answered.
+TEST_F(ServerTest, MgetPausesAtTheOutputCap) {
+  ServerOptions o;
+  o.max_output_bytes = kMgetCap;
+  StartAll(o);
+  Client setup(port());
+  const std::vector<std::string> values = StoreMgetValues(setup);
+  std::string want = "*" + std::to_string(kMgetValues) + "\r\n";
+  for (const std::string& v : values) want += Bulk(v);
+  Client c(port());
+  ShrinkReceiveBuffer(c);
+  ASSERT_LT(server_->Stats().output_peak_bytes, kMgetCap);
+  ASSERT_TRUE(c.Send(Multibulk(MgetArgs(kMgetValues)) + Multibulk({"PING"})));
+  ASSERT_TRUE(WaitUntil([&] { return server_->Stats().output_peak_bytes >= kMgetCap; }));
+  EXPECT_LE(server_->Stats().output_peak_bytes, kMgetBound);
+  EXPECT_EQ(setup.Cmd({"PING"}), "+PONG\r\n");  // the loop serves others meanwhile
+  EXPECT_EQ(c.Reply(), want);
+  EXPECT_EQ(c.Reply(), "+PONG\r\n");
+  EXPECT_LE(server_->Stats().output_peak_bytes, kMgetBound);
+  EXPECT_EQ(c.Cmd({"MGET", "mv-1", "missing"}), "*2\r\n" + Bulk(values[1]) + "$-1\r\n");
+  EXPECT_EQ(server_->Stats().output_buffer_closes, 0u);
+}
+
+// The same with every GET run by a worker (run_on_loop off): the pause is taken when a
+// worker's result comes back, and the reply is the same.
+TEST_F(ServerTest, MgetPausesAtTheOutputCapWithWorkers) {
+  ServerOptions o;
+  o.max_output_bytes = kMgetCap;
+  o.run_on_loop = false;
+  StartAll(o);
+  Client setup(port());
+  const std::vector<std::string> values = StoreMgetValues(setup);
+  std::string want = "*" + std::to_string(kMgetValues) + "\r\n";
+  for (const std::string& v : values) want += Bulk(v);
+  Client c(port());
+  ShrinkReceiveBuffer(c);
+  ASSERT_TRUE(c.Send(Multibulk(MgetArgs(kMgetValues)) + Multibulk({"ECHO", "next"})));
+  ASSERT_TRUE(WaitUntil([&] { return server_->Stats().output_peak_bytes >= kMgetCap; }));
+  EXPECT_LE(server_->Stats().output_peak_bytes, kMgetBound);
+  EXPECT_EQ(c.Reply(), want);
+  EXPECT_EQ(c.Reply(), "$4\r\nnext\r\n");
+  EXPECT_LE(server_->Stats().output_peak_bytes, kMgetBound);
+}
+
+// Once part of an MGET's reply is queued (it reached the cap), its array length is sent:
+// a failing key is then answered with the error in its place, and so is each key after
+// it (not read). Below the cap the whole reply is still that one error.
+TEST_F(ServerTest, MgetPastTheCapAnswersAnErrorInPlace) {
+  ServerOptions o;
+  o.max_output_bytes = kMgetCap;
+  StartAll(o);
+  Client c(port());
+  const std::vector<std::string> values = StoreMgetValues(c);
+  std::vector<std::string> args = MgetArgs(8);  // 2 MiB: past the cap
+  args.push_back(engine_.fail_key);
+  args.push_back("mv-8");
+  args.push_back("missing");
+  std::string want = "*11\r\n";
+  for (int i = 0; i < 8; ++i) want += Bulk(values[static_cast<size_t>(i)]);
+  for (int i = 0; i < 3; ++i) want += "-ERR IOError: injected failure\r\n";
+  EXPECT_EQ(c.Cmd(args), want);
+  EXPECT_EQ(c.Cmd({"MGET", "mv-0", engine_.fail_key}), "-ERR IOError: injected failure\r\n");
+  EXPECT_EQ(c.Cmd({"PING"}), "+PONG\r\n");
+}
+
+// A client that leaves while its MGET is paused at the cap: the connection is freed
+// (the sanitizer builds check nothing leaks) and the server goes on.
+TEST_F(ServerTest, ClientLeavingAPausedMgetIsFreed) {
+  ServerOptions o;
+  o.max_output_bytes = kMgetCap;
+  StartAll(o);
+  Client setup(port());
+  const std::vector<std::string> values = StoreMgetValues(setup);
+  {
+    Client c(port());
+    ShrinkReceiveBuffer(c);
+    ASSERT_TRUE(c.Send(Multibulk(MgetArgs(kMgetValues))));
+    ASSERT_TRUE(WaitUntil([&] { return server_->Stats().output_peak_bytes >= kMgetCap; }));
+  }  // closed with replies unread
+  ASSERT_TRUE(WaitUntil([&] { return server_->Stats().connections_current == 1; }));
+  EXPECT_EQ(setup.Cmd({"MGET", "mv-2", "mv-3"}), "*2\r\n" + Bulk(values[2]) + Bulk(values[3]));
+  EXPECT_LE(server_->Stats().output_peak_bytes, kMgetBound);
+}
+
+// Stop with MGETs paused at the cap: the one whose client reads gets its whole reply
+// (the drain resumes it as the socket empties); the one whose client has gone is closed
+// at once, not held until stop_timeout_s.
+TEST_F(ServerTest, StopDrainsAPausedMget) {
+  ServerOptions o;
+  o.max_output_bytes = kMgetCap;
+  o.stop_timeout_s = 3600;
+  StartAll(o);
+  Client setup(port());
+  const std::vector<std::string> values = StoreMgetValues(setup);
+  std::string want = "*" + std::to_string(kMgetValues) + "\r\n";
+  for (const std::string& v : values) want += Bulk(v);
+  const uint64_t commands = server_->Stats().commands;
+  Client reader(port());
+  ShrinkReceiveBuffer(reader);
+  ASSERT_TRUE(reader.Send(Multibulk(MgetArgs(kMgetValues))));
+  auto gone = std::make_unique<Client>(port());
+  ShrinkReceiveBuffer(*gone);
+  ASSERT_TRUE(gone->Send(Multibulk(MgetArgs(kMgetValues))));
+  // Both MGETs started; neither client reads, so they pause at the cap.
+  ASSERT_TRUE(WaitUntil([&] { return server_->Stats().commands == commands + 2; }));
+  std::atomic<bool> stopped{false};
+  std::thread stopper([&] {
+    EXPECT_TRUE(server_->Stop().ok());
+    stopped = true;
+  });
+  ASSERT_TRUE(WaitUntil([&] { return !Client(port()).connected(); }));
+  gone.reset();  // leaves with its MGET paused
+  // The idle connection and the one left are closed; the reader's MGET waits for it.
+  ASSERT_TRUE(WaitUntil([&] { return server_->Stats().connections_current == 1; }));
+  EXPECT_FALSE(stopped.load());
+  EXPECT_EQ(reader.Reply(), want);
+  EXPECT_TRUE(reader.ClosedByServer());
+  stopper.join();
+  EXPECT_EQ(server_->Stats().connections_current, 0u);
+  EXPECT_LE(server_->Stats().output_peak_bytes, kMgetBound);
 }
 
 TEST_F(ServerTest, StopFinishesTheCommandInFlightAndThoseAlreadyRead) {
