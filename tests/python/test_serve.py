@@ -340,6 +340,7 @@ def test_metrics_pass_promtool(served):
                    "nvmw_thread_limit", "nvmw_sla_latency_met", "nvmw_rejected_requests_total",
                    "nvmw_server_commands_total", "nvmw_server_connections"):
         assert f"# TYPE {family} " in text, family
+    assert "# TYPE nvmw_server_output_peak_bytes gauge" in text  # a high-water mark
     for q in ("0.5", "0.99", "0.999"):
         assert metric(text, "nvmw_request_latency_seconds", quantile=q, **{"class": "interactive"}) >= 0
     assert metric(text, "nvmw_thread_limit", **{"class": "interactive"}) == 15  # fixed:15,15

@@ -388,6 +388,9 @@ class _Collector:
             if key.endswith("_current"):
                 yield GaugeMetricFamily(name[: -len("_current")], f"Server: {key.replace('_', ' ')}.",
                                         value=float(value))
+            elif key.endswith("_peak_bytes"):  # a high-water mark: a gauge, not a count
+                yield GaugeMetricFamily(name, f"Server: {key.replace('_', ' ')} since start.",
+                                        value=float(value))
             else:
                 base = name[: -len("_total")] if name.endswith("_total") else name
                 yield CounterMetricFamily(base, f"Server: {key.replace('_', ' ')} since start.", value=value)
