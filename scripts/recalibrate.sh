@@ -17,7 +17,8 @@
 # results stay in build/recalibrate-dry.
 # Knobs (environment): GRID ("1 2 4 8 16 32"), WINDOWS (12), NC_WINDOWS (40), FIT_EVALS (100),
 # FIT_WINDOWS (4), SEED (3), and train-agent.sh's NVMW_* variables. The defaults are the
-# shipped run's: the sweep takes about 5 min, the fit 4 min, the agent 10 min on 2 cores.
+# shipped run's: the sweep takes about 5 min, the fit 4 min, the agent (thesis scale) 15 min
+# on 2 cores.
 # Needs the package installed (scripts/setup.sh) or NVMW_DEV_CORE_DIR/PYTHONPATH set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +36,7 @@ if (( dry )); then
   : "${GRID:=1 8}" "${WINDOWS:=1}" "${NC_WINDOWS:=2}" "${FIT_EVALS:=4}" "${FIT_WINDOWS:=2}"
   export NVMW_COLLECT_EPISODES=${NVMW_COLLECT_EPISODES:-2} NVMW_TRAIN_EPISODES=${NVMW_TRAIN_EPISODES:-1}
   export NVMW_TUNE_CV=${NVMW_TUNE_CV:-2} NVMW_FQI_ITERATIONS=${NVMW_FQI_ITERATIONS:-1}
+  export NVMW_TUNE_GRID=${NVMW_TUNE_GRID:-quick} NVMW_TRAIN_CURVE=${NVMW_TRAIN_CURVE:-$work/learning-curve.png}
   sweep=$work/results-calibration-sweep.json nc=$work/results-nocontrol-windows.json
   sla=$work/calibrated-$dev.toml oracle=$work/oracle-$dev.json sim=$work/sim-$dev.json
   check_png=$work/sim-check.png check_json=$work/results-sim-check.json agents=$work/agents
