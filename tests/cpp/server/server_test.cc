@@ -608,6 +608,13 @@ std::vector<std::string> MgetArgs(int n) {
   return args;
 }
 
+// The reply to MgetArgs(values.size()): the array of every stored value.
+std::string MgetReply(const std::vector<std::string>& values) {
+  std::string reply = "*" + std::to_string(values.size()) + "\r\n";
+  for (const std::string& v : values) reply += Bulk(v);
+  return reply;
+}
+
 // A fixed receive buffer (no autotuning), so that a client reading nothing leaves most
 // of a 16 MiB reply queued at the server. Not smaller: with a window below the loopback
 // segment size the transfer crawls once the client reads.
@@ -627,8 +634,7 @@ TEST_F(ServerTest, MgetPausesAtTheOutputCap) {
   StartAll(o);
   Client setup(port());
   const std::vector<std::string> values = StoreMgetValues(setup);
-  std::string want = "*" + std::to_string(kMgetValues) + "\r\n";
-  for (const std::string& v : values) want += Bulk(v);
+  const std::string want = MgetReply(values);
   Client c(port());
   ShrinkReceiveBuffer(c);
   ASSERT_LT(server_->Stats().output_peak_bytes, kMgetCap);
@@ -652,8 +658,7 @@ TEST_F(ServerTest, MgetPausesAtTheOutputCapWithWorkers) {
   StartAll(o);
   Client setup(port());
   const std::vector<std::string> values = StoreMgetValues(setup);
-  std::string want = "*" + std::to_string(kMgetValues) + "\r\n";
-  for (const std::string& v : values) want += Bulk(v);
+  const std::string want = MgetReply(values);
   Client c(port());
   ShrinkReceiveBuffer(c);
   ASSERT_TRUE(c.Send(Multibulk(MgetArgs(kMgetValues)) + Multibulk({"ECHO", "next"})));
@@ -714,8 +719,7 @@ TEST_F(ServerTest, StopDrainsAPausedMget) {
   StartAll(o);
   Client setup(port());
   const std::vector<std::string> values = StoreMgetValues(setup);
-  std::string want = "*" + std::to_string(kMgetValues) + "\r\n";
-  for (const std::string& v : values) want += Bulk(v);
+  const std::string want = MgetReply(values);
   const uint64_t commands = server_->Stats().commands;
   Client reader(port());
   ShrinkReceiveBuffer(reader);
