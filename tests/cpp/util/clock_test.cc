@@ -102,9 +102,11 @@ TEST(ClockTest, FastClockRunsAtTheSteadyClockRate) {
 
 TEST(ClockTest, IntervalsAcrossThreadsAreNearlyConsistent) {
   // A reading taken on one thread after another thread's reading (ordered through an
-  // atomic) is not earlier than it by more than a microsecond: the counters of the CPUs
-  // are in step, and the latency of a request started on one thread and finished on
-  // another is meaningful.
+  // atomic) is not earlier than it by more than 5 us: the counters of the CPUs are in
+  // step, and the latency of a request started on one thread and finished on another is
+  // meaningful (the SLA's p99 goal is hundreds of us). The virtual CPUs of a shared
+  // machine differ by up to about a microsecond (1,032 ns seen once in CI), so a tighter
+  // bound tests the host, not this clock; a wrong scale or anchor is off by far more.
   std::atomic<int64_t> sent{0};
   std::atomic<bool> quit{false};
   int64_t worst_ns = 0;
@@ -120,7 +122,7 @@ TEST(ClockTest, IntervalsAcrossThreadsAreNearlyConsistent) {
   }
   quit.store(true);
   sender.join();
-  EXPECT_LE(worst_ns, 1000);
+  EXPECT_LE(worst_ns, 5000);
 }
 
 TEST(ClockTest, CalibrationHonoursSteadyOverride) {
