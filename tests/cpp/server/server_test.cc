@@ -331,8 +331,8 @@ TEST_F(ServerTest, NvmwClassDecidesTheRequestClass) {
   EXPECT_EQ(mw_->GetStats().interactive.ops, 1u);
 }
 
-// Interactive requests with a free permit run on the io thread; batch requests always run
-// on a batch worker, so a large write never holds up the loop.
+// Without batch loops, interactive requests with a free permit run on the io thread and
+// batch requests always run on a batch worker, so a large write never holds up the loop.
 TEST_F(ServerTest, BatchRequestsRunOnWorkersInteractiveOnTheLoop) {
   std::mutex mu;
   std::map<std::string, std::thread::id> ran_on;
@@ -340,7 +340,9 @@ TEST_F(ServerTest, BatchRequestsRunOnWorkersInteractiveOnTheLoop) {
     std::lock_guard<std::mutex> lock(mu);
     ran_on[std::string(key)] = std::this_thread::get_id();
   };
-  StartAll();
+  ServerOptions o;
+  o.batch_io_threads = 0;
+  StartAll(o);
   Client c(port());
   ASSERT_EQ(c.Cmd({"SET", "i1", "v"}), "+OK\r\n");
   ASSERT_EQ(c.Cmd({"GET", "i1"}), "$1\r\nv\r\n");
@@ -890,14 +892,47 @@ TEST_F(ServerTest, LargeValueMovesItsConnectionToTheBatchLoop) {
   EXPECT_EQ(bulk.Reply(), "+OK\r\n");
   EXPECT_EQ(bulk.Reply(), "+PONG\r\n");
   EXPECT_EQ(server_->Stats().batch_moves, 1u);
-  EXPECT_EQ(ran_on["big"], "nvmw-batch");  // batch requests still run on batch workers
-  EXPECT_EQ(ran_on["b1"], "nvmw-bio0");    // a small one runs on the loop it is on now
+  EXPECT_EQ(ran_on["big"], "nvmw-bio0");  // the batch loop runs its batch requests itself
+  EXPECT_EQ(ran_on["b1"], "nvmw-bio0");   // and a small one of the same connection
   ASSERT_EQ(inter.Cmd({"SET", "i2", "v"}), "+OK\r\n");
   EXPECT_EQ(ran_on["i2"], "nvmw-io0");
   ASSERT_EQ(bulk.Cmd({"SET", "big2", big}), "+OK\r\n");
   EXPECT_EQ(server_->Stats().batch_moves, 1u);  // already there
   EXPECT_EQ(inter.Cmd({"GET", "big2"}), Bulk(big));
   EXPECT_EQ(server_->Stats().connections_current, 2u);
+}
+
+// A batch loop runs a batch request itself when a batch permit is free; when none is, the
+// request waits for a batch worker and the loop serves its other connections meanwhile.
+TEST_F(ServerTest, BatchLoopRunsBatchRequestsWithAFreePermit) {
+  ThreadsByKey ran_on(&engine_);
+  ServerOptions o;
+  o.batch_io_threads = 1;
+  StartAll(o);  // one batch permit
+  Client a(port()), b(port());
+  ASSERT_EQ(a.Cmd({"NVMW.CLASS", "batch"}), "+OK\r\n");
+  ASSERT_EQ(b.Cmd({"NVMW.CLASS", "batch"}), "+OK\r\n");
+  ASSERT_TRUE(WaitUntil([&] { return server_->Stats().batch_moves == 2u; }));
+  ASSERT_EQ(a.Cmd({"SET", "free", std::string(256 * 1024, 'f')}), "+OK\r\n");
+  ASSERT_EQ(a.Cmd({"MSET", "m1", "1", "m2", "2"}), "+OK\r\n");
+  EXPECT_EQ(ran_on["free"], "nvmw-bio0");
+  EXPECT_EQ(ran_on["m1"], "nvmw-bio0");
+  EXPECT_EQ(ran_on["m2"], "nvmw-bio0");
+
+  engine_.CloseGate();
+  std::thread holder([&] { ASSERT_TRUE(mw_->Put("holder", "v", RequestClass::kBatch).ok()); });
+  ASSERT_TRUE(engine_.WaitInflight(1));  // the one batch permit is taken
+  ASSERT_TRUE(a.Send(Multibulk({"SET", "queued", std::string(256 * 1024, 'q')})));
+  ASSERT_TRUE(WaitUntil([&] { return mw_->QueueLength(RequestClass::kBatch) == 1; }));
+  EXPECT_EQ(b.Cmd({"PING"}), "+PONG\r\n");  // the batch loop is not waiting for a permit
+  engine_.OpenGate();
+  holder.join();
+  EXPECT_EQ(a.Reply(), "+OK\r\n");
+  EXPECT_EQ(ran_on["queued"], "nvmw-batch");
+  EXPECT_EQ(a.Cmd({"GET", "queued"}), Bulk(std::string(256 * 1024, 'q')));
+  ASSERT_TRUE(server_->Stop().ok());
+  ASSERT_TRUE(mw_->Stop().ok());  // closes the window
+  EXPECT_EQ(mw_->GetStats().batch.ops, 6u);  // free, m1, m2, holder, queued, the GET
 }
 
 TEST_F(ServerTest, NvmwClassMovesBetweenLoops) {
