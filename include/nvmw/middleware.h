@@ -35,7 +35,9 @@
 
 namespace nvmw {
 
-enum class OpType : uint8_t { kGet = 0, kPut = 1, kRemove = 2 };
+// kExists asks whether a key exists without reading its value (Engine::Exists): a read
+// of 0 value bytes in the window statistics, OK or NotFound.
+enum class OpType : uint8_t { kGet = 0, kPut = 1, kRemove = 2, kExists = 3 };
 
 // Who runs a controlled request's engine operation.
 enum class Execution : uint8_t {
@@ -94,7 +96,8 @@ struct Request {
 
 // Called exactly once per accepted request, on a worker thread (or inline in
 // no-control mode). `value` holds the value for a successful Get and is empty
-// otherwise. Must not block for long: it runs on the worker.
+// otherwise (Exists included: its status says whether the key exists). Must not
+// block for long: it runs on the worker.
 using Completion = std::function<void(const Status& status, std::string&& value)>;
 
 class Middleware {
@@ -119,6 +122,9 @@ class Middleware {
   Status Get(std::string_view key, std::string* value, RequestClass cls = RequestClass::kAuto);
   Status Put(std::string_view key, std::string_view value, RequestClass cls = RequestClass::kAuto);
   Status Remove(std::string_view key, RequestClass cls = RequestClass::kAuto);
+  // OK when the key exists, NotFound when not; the value is neither read nor copied
+  // (a read of 0 bytes in the window statistics; interactive under the size rule).
+  Status Exists(std::string_view key, RequestClass cls = RequestClass::kAuto);
 
   // Asynchronous: OK when accepted (done will run exactly once, on a worker of the
   // class once a permit is free), Overloaded when the class queue is full, Shutdown when not running, InvalidArgument for a bad request

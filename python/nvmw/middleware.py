@@ -14,7 +14,7 @@ Bytes = Union[bytes, bytearray, memoryview, str]
 
 #: Request classes accepted by every call (``None`` means "auto": the size rule).
 CLASSES = {"interactive": 0, "batch": 1, "auto": 2, None: 2}
-_OPS = {"get": 0, "put": 1, "remove": 2}
+_OPS = {"get": 0, "put": 1, "remove": 2, "exists": 3}
 
 #: Keys of each per-class dict in :meth:`Middleware.get_stats` (defined once, by the core).
 CLASS_STAT_KEYS = tuple(_core.CLASS_STAT_KEYS)
@@ -175,18 +175,23 @@ class Middleware:
         """Remove `key`; True if it existed."""
         return self.core.remove(_b(key), _cls(cls))
 
+    def exists(self, key: Bytes, cls: Optional[str] = None) -> bool:
+        """Whether `key` exists; its value is neither read nor copied (a read of 0 bytes in
+        the window statistics)."""
+        return self.core.exists(_b(key), _cls(cls))
+
     def submit(self, op: str, key: Bytes, value: Bytes = b"",
                cls: Optional[str] = None) -> "concurrent.futures.Future":
-        """Asynchronous request (``op`` in get/put/remove). Returns a Future whose result is
-        the value (get; None if missing), None (put) or a bool (remove)."""
+        """Asynchronous request (``op`` in get/put/remove/exists). Returns a Future whose
+        result is the value (get; None if missing), None (put) or a bool (remove, exists)."""
         if op not in _OPS:
-            raise InvalidArgumentError(f"unknown op {op!r}: use 'get', 'put' or 'remove'")
+            raise InvalidArgumentError(f"unknown op {op!r}: use 'get', 'put', 'remove' or 'exists'")
         fut: concurrent.futures.Future = concurrent.futures.Future()
 
         def done(error: Optional[Exception], value: Optional[bytes]) -> None:
             if error is None:
-                fut.set_result(value if op == "get" else (True if op == "remove" else None))
-            elif isinstance(error, NotFoundError) and op in ("get", "remove"):
+                fut.set_result(value if op == "get" else (None if op == "put" else True))
+            elif isinstance(error, NotFoundError) and op in ("get", "remove", "exists"):
                 fut.set_result(None if op == "get" else False)
             else:
                 fut.set_exception(error)

@@ -53,6 +53,8 @@ Status ExecuteOp(Engine* db, OpType op, std::string_view key, std::string_view v
         return db->Put(key, value);
       case OpType::kRemove:
         return db->Remove(key);
+      case OpType::kExists:
+        return db->Exists(key);  // no value read: 0 bytes
     }
   } catch (const std::bad_alloc&) {
     return Status::NoSpace("out of memory in engine operation");
@@ -243,7 +245,7 @@ Status Middleware::Impl::RunOnCaller(Task* t, std::string* out, Status* result,
   // Recorded before the permit goes back, so that once Stop sees every permit returned
   // the final window holds every request.
   CallerStripe()->Record(t->cls, static_cast<uint64_t>(std::max<int64_t>(0, FastNowNs() - t->submit_ns)),
-                         bytes, t->op != OpType::kGet, IsError(*result));
+                         bytes, IsWrite(t->op), IsError(*result));
   ReleasePermit(c, nullptr);
   return Status::OK();
 }
@@ -340,7 +342,7 @@ void Middleware::Impl::RunInlineHoldingPermit(int c, OpType op, RequestClass cls
   Status result = ExecuteOp(db, op, key, value, &out, &bytes);
   // Recorded before the permit goes back (Stop's drain, as in RunOnCaller).
   CallerStripe()->Record(cls, static_cast<uint64_t>(std::max<int64_t>(0, FastNowNs() - submit_ns)),
-                         bytes, op != OpType::kGet, IsError(result));
+                         bytes, IsWrite(op), IsError(result));
   if (!result.ok()) out.clear();
   try {
     done(result, std::move(out));
@@ -412,6 +414,10 @@ Status Middleware::Put(std::string_view key, std::string_view value, RequestClas
 
 Status Middleware::Remove(std::string_view key, RequestClass cls) {
   return impl_->SyncCall(OpType::kRemove, key, {}, nullptr, cls);
+}
+
+Status Middleware::Exists(std::string_view key, RequestClass cls) {
+  return impl_->SyncCall(OpType::kExists, key, {}, nullptr, cls);
 }
 
 Status Middleware::Submit(Request request, Completion done) {

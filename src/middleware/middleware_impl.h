@@ -70,6 +70,8 @@ Status ExecuteOp(Engine* db, OpType op, std::string_view key, std::string_view v
                  std::string* out, uint64_t* bytes);
 
 inline bool IsError(const Status& s) { return !s.ok() && !s.IsNotFound(); }
+// Whether the window statistics count the operation as a write (Get and Exists are reads).
+inline bool IsWrite(OpType op) { return op == OpType::kPut || op == OpType::kRemove; }
 
 // One class's queue and worker pool. With hand-off the queue holds every request of the
 // class; with caller-runs it holds only async tasks that already hold a permit, so it
@@ -171,7 +173,8 @@ struct Middleware::Impl {
            c == RequestClass::kAuto;
   }
   static bool ValidOp(OpType op) {
-    return op == OpType::kGet || op == OpType::kPut || op == OpType::kRemove;
+    return op == OpType::kGet || op == OpType::kPut || op == OpType::kRemove ||
+           op == OpType::kExists;
   }
   RequestClass Resolve(OpType op, size_t value_bytes, RequestClass hint) const;
   Status Validate(OpType op, size_t value_bytes, RequestClass hint) const;

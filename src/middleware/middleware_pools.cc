@@ -52,7 +52,7 @@ void Middleware::Impl::RunTask(Task* t, StatsShard* shard) {
     std::string value;
     Status s = ExecuteOp(db, t->op, t->key, t->value, &value, &bytes);
     shard->Record(t->cls, static_cast<uint64_t>(std::max<int64_t>(0, FastNowNs() - t->submit_ns)),
-                  bytes, t->op != OpType::kGet, IsError(s));
+                  bytes, IsWrite(t->op), IsError(s));
     if (!s.ok()) value.clear();
     try {
       at->done(s, std::move(value));
@@ -66,7 +66,7 @@ void Middleware::Impl::RunTask(Task* t, StatsShard* shard) {
   }
   Status s = ExecuteOp(db, t->op, t->key, t->value, t->get_out, &bytes);
   shard->Record(t->cls, static_cast<uint64_t>(std::max<int64_t>(0, FastNowNs() - t->submit_ns)),
-                bytes, t->op != OpType::kGet, IsError(s));
+                bytes, IsWrite(t->op), IsError(s));
   CompleteSync(t, std::move(s));
 }
 

@@ -496,11 +496,28 @@ void BindCore(nb::module_& m) {
           },
           nb::arg("key"), nb::arg("cls") = 2)
       .def(
+          "exists",
+          [](PyMiddleware& self, nb::bytes key, int cls) {
+            std::shared_ptr<Middleware> mw = AcquireMiddleware(self, "exists");
+            Status s;
+            {
+              CallWithoutGil release;
+              s = mw->Exists(View(key), ToClass(cls));
+            }
+            if (s.IsNotFound()) return false;
+            ThrowIfError(s);
+            return true;
+          },
+          nb::arg("key"), nb::arg("cls") = 2,
+          "Whether the key exists, without reading its value.")
+      .def(
           "submit",
           [](PyMiddleware& self, int op, nb::bytes key, nb::bytes value, int cls,
              nb::callable callback) {
             std::shared_ptr<Middleware> mw = AcquireMiddleware(self, "submit");
-            if (op < 0 || op > 2) ThrowIfError(Status::InvalidArgument("op must be 0 (get), 1 (put) or 2 (remove)"));
+            if (op < 0 || op > 3) {
+              ThrowIfError(Status::InvalidArgument("op must be 0 (get), 1 (put), 2 (remove) or 3 (exists)"));
+            }
             Request r;
             r.op = static_cast<OpType>(op);
             r.key.assign(key.c_str(), key.size());

@@ -187,8 +187,11 @@ void Server::Impl::Continue(IoThread* io, Conn* c) {
     switch (p.kind) {
       case PendingCommand::Kind::kGet:
       case PendingCommand::Kind::kMget:
-      case PendingCommand::Kind::kExists:
         r.op = OpType::kGet;
+        r.key = std::move(p.args[1 + p.next]);
+        break;
+      case PendingCommand::Kind::kExists:
+        r.op = OpType::kExists;  // no value is read
         r.key = std::move(p.args[1 + p.next]);
         break;
       case PendingCommand::Kind::kDel:

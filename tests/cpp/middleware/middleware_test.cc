@@ -167,6 +167,45 @@ TEST_P(MiddlewareTest, ClassifyUsesHintThenSizeRule) {
   EXPECT_EQ(mw.Classify(OpType::kPut, 5, static_cast<RequestClass>(7)), RequestClass::kAuto);
 }
 
+// Exists answers OK or NotFound without reading the value (no engine Get), sync and
+// async, and counts as a read of 0 bytes of its class.
+TEST_P(MiddlewareTest, ExistsReadsNoValue) {
+  TestEngine engine;
+  ASSERT_TRUE(engine.Put("present", std::string(800 * 1024, 'p')).ok());
+  Middleware mw(SmallOptions());
+  EXPECT_EQ(mw.Classify(OpType::kExists, 0, RequestClass::kAuto), RequestClass::kInteractive);
+  ASSERT_TRUE(mw.Start(&engine, 1, 1).ok());
+  EXPECT_TRUE(mw.Exists("present").ok());
+  EXPECT_TRUE(mw.Exists("absent").IsNotFound());
+  EXPECT_TRUE(mw.Exists("present", RequestClass::kBatch).ok());
+  EXPECT_TRUE(mw.Exists("present", static_cast<RequestClass>(7)).IsInvalidArgument());
+  std::atomic<int> ok{0}, not_found{0}, with_value{0};
+  auto done = [&](const Status& st, std::string&& v) {
+    if (st.ok()) ok.fetch_add(1);
+    if (st.IsNotFound()) not_found.fetch_add(1);
+    if (!v.empty()) with_value.fetch_add(1);
+  };
+  for (const char* key : {"present", "absent"}) {
+    Request r;
+    r.op = OpType::kExists;
+    r.key = key;
+    ASSERT_TRUE(mw.Submit(r, done).ok());
+    ASSERT_TRUE(mw.SubmitOrRun(std::move(r), done).ok());
+  }
+  ASSERT_TRUE(mw.Stop().ok());  // drains and closes the window
+  EXPECT_EQ(ok.load(), 2);
+  EXPECT_EQ(not_found.load(), 2);
+  EXPECT_EQ(with_value.load(), 0);
+  EXPECT_EQ(engine.gets(), 0u);  // no value was read
+  const WindowStats w = mw.GetStats();
+  EXPECT_EQ(w.interactive.ops, 6u);
+  EXPECT_EQ(w.batch.ops, 1u);
+  EXPECT_EQ(w.all.errors, 0u);  // NotFound is an answer, not an error
+  EXPECT_DOUBLE_EQ(w.all.write_ratio, 0.0);
+  EXPECT_DOUBLE_EQ(w.all.mean_block_bytes, 0.0);
+  EXPECT_DOUBLE_EQ(w.all.bytes_per_s, 0.0);
+}
+
 // With one worker, requests of a class run in submission order.
 TEST_P(MiddlewareTest, FifoPerClassWithOneWorker) {
   TestEngine engine;

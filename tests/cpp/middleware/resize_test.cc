@@ -78,6 +78,7 @@ void RunResizeUnderLoad(int resizes, bool stop_during_load, Execution mode) {
           case OpType::kGet: s = mw.Get(key, &v, cls_of(id)); break;
           case OpType::kPut: s = mw.Put(key, "value", cls_of(id)); break;
           case OpType::kRemove: s = mw.Remove(key, cls_of(id)); break;
+          case OpType::kExists: s = mw.Exists(key, cls_of(id)); break;
         }
         if (s.IsOverloaded() || s.IsShutdown()) {
           fate[id] = 2;

@@ -225,6 +225,24 @@ TEST_F(ServerTest, KeyCommands) {
   EXPECT_EQ(c.Cmd({"SET", "", "v"}).rfind("-ERR invalid argument", 0), 0u);  // the engine refuses empty keys
 }
 
+// EXISTS asks the engine whether each key exists and reads no value, however large; each
+// key is one interactive request of 0 bytes.
+TEST_F(ServerTest, ExistsReadsNoValue) {
+  StartAll();
+  Client c(port());
+  ASSERT_EQ(c.Cmd({"SET", "big", std::string(800 * 1024, 'b')}), "+OK\r\n");
+  ASSERT_EQ(c.Cmd({"SET", "small", "v"}), "+OK\r\n");
+  EXPECT_EQ(c.Cmd({"EXISTS", "big", "nope", "big", "small"}), ":3\r\n");
+  EXPECT_EQ(c.Cmd({"EXISTS", "nope"}), ":0\r\n");
+  EXPECT_EQ(engine_.gets(), 0u);
+  ASSERT_TRUE(server_->Stop().ok());
+  ASSERT_TRUE(mw_->Stop().ok());  // closes the window
+  const WindowStats w = mw_->GetStats();
+  EXPECT_EQ(w.batch.ops, 1u);        // the 800 KB SET
+  EXPECT_EQ(w.interactive.ops, 6u);  // the small SET and five EXISTS keys
+  EXPECT_DOUBLE_EQ(w.interactive.mean_block_bytes, 1.0 / 6.0);  // one byte written, none read
+}
+
 // A multi-key command stops at its first failing key and answers that error; the keys
 // before it stay written (MSET is not atomic).
 TEST_F(ServerTest, MultiKeyCommandStopsAtTheFirstError) {
