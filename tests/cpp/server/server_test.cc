@@ -910,8 +910,8 @@ TEST_F(ServerTest, LargeValueMovesItsConnectionToTheBatchLoop) {
   EXPECT_EQ(bulk.Reply(), "+OK\r\n");
   EXPECT_EQ(bulk.Reply(), "+PONG\r\n");
   EXPECT_EQ(server_->Stats().batch_moves, 1u);
-  EXPECT_EQ(ran_on["big"], "nvmw-bio0");  // the batch loop runs its batch requests itself
-  EXPECT_EQ(ran_on["b1"], "nvmw-bio0");   // and a small one of the same connection
+  EXPECT_EQ(ran_on["big"], "nvmw-batch");  // batch requests still run on batch workers
+  EXPECT_EQ(ran_on["b1"], "nvmw-bio0");    // a small one runs on the loop it is on now
   ASSERT_EQ(inter.Cmd({"SET", "i2", "v"}), "+OK\r\n");
   EXPECT_EQ(ran_on["i2"], "nvmw-io0");
   ASSERT_EQ(bulk.Cmd({"SET", "big2", big}), "+OK\r\n");
@@ -920,9 +920,9 @@ TEST_F(ServerTest, LargeValueMovesItsConnectionToTheBatchLoop) {
   EXPECT_EQ(server_->Stats().connections_current, 2u);
 }
 
-// A batch loop runs a batch request itself when a batch permit is free; when none is, the
-// request waits for a batch worker and the loop serves its other connections meanwhile.
-TEST_F(ServerTest, BatchLoopRunsBatchRequestsWithAFreePermit) {
+// A batch loop hands batch requests to the batch workers, also with a batch permit free;
+// when none is free the request waits for one and the loop serves its other connections.
+TEST_F(ServerTest, BatchLoopLeavesBatchRequestsToTheWorkers) {
   ThreadsByKey ran_on(&engine_);
   ServerOptions o;
   o.batch_io_threads = 1;
@@ -933,9 +933,9 @@ TEST_F(ServerTest, BatchLoopRunsBatchRequestsWithAFreePermit) {
   ASSERT_TRUE(WaitUntil([&] { return server_->Stats().batch_moves == 2u; }));
   ASSERT_EQ(a.Cmd({"SET", "free", std::string(256 * 1024, 'f')}), "+OK\r\n");
   ASSERT_EQ(a.Cmd({"MSET", "m1", "1", "m2", "2"}), "+OK\r\n");
-  EXPECT_EQ(ran_on["free"], "nvmw-bio0");
-  EXPECT_EQ(ran_on["m1"], "nvmw-bio0");
-  EXPECT_EQ(ran_on["m2"], "nvmw-bio0");
+  EXPECT_EQ(ran_on["free"], "nvmw-batch");
+  EXPECT_EQ(ran_on["m1"], "nvmw-batch");
+  EXPECT_EQ(ran_on["m2"], "nvmw-batch");
 
   engine_.CloseGate();
   std::thread holder([&] { ASSERT_TRUE(mw_->Put("holder", "v", RequestClass::kBatch).ok()); });
