@@ -35,7 +35,7 @@
 
 namespace nvmw {
 
-// kExists asks whether a key exists without reading its value (Engine::Exists): a read
+// kExists asks whether a key exists without copying its value (Engine::Exists): a read
 // of 0 value bytes in the window statistics, OK or NotFound.
 enum class OpType : uint8_t { kGet = 0, kPut = 1, kRemove = 2, kExists = 3 };
 
@@ -122,8 +122,9 @@ class Middleware {
   Status Get(std::string_view key, std::string* value, RequestClass cls = RequestClass::kAuto);
   Status Put(std::string_view key, std::string_view value, RequestClass cls = RequestClass::kAuto);
   Status Remove(std::string_view key, RequestClass cls = RequestClass::kAuto);
-  // OK when the key exists, NotFound when not; the value is neither read nor copied
-  // (a read of 0 bytes in the window statistics; interactive under the size rule).
+  // OK when the key exists, NotFound when not; the value is not copied (nor read, unless
+  // the engine verifies checksums on read). A read of 0 bytes in the window statistics;
+  // interactive under the size rule.
   Status Exists(std::string_view key, RequestClass cls = RequestClass::kAuto);
 
   // Asynchronous: OK when accepted (done will run exactly once, on a worker of the

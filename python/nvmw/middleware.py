@@ -176,8 +176,8 @@ class Middleware:
         return self.core.remove(_b(key), _cls(cls))
 
     def exists(self, key: Bytes, cls: Optional[str] = None) -> bool:
-        """Whether `key` exists; its value is neither read nor copied (a read of 0 bytes in
-        the window statistics)."""
+        """Whether `key` exists; its value is not copied (a read of 0 bytes in the window
+        statistics)."""
         return self.core.exists(_b(key), _cls(cls))
 
     def submit(self, op: str, key: Bytes, value: Bytes = b"",

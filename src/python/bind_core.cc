@@ -509,7 +509,7 @@ void BindCore(nb::module_& m) {
             return true;
           },
           nb::arg("key"), nb::arg("cls") = 2,
-          "Whether the key exists, without reading its value.")
+          "Whether the key exists, without copying its value.")
       .def(
           "submit",
           [](PyMiddleware& self, int op, nb::bytes key, nb::bytes value, int cls,

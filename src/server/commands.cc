@@ -191,7 +191,7 @@ void Server::Impl::Continue(IoThread* io, Conn* c) {
         r.key = std::move(p.args[1 + p.next]);
         break;
       case PendingCommand::Kind::kExists:
-        r.op = OpType::kExists;  // no value is read
+        r.op = OpType::kExists;  // no value is copied
         r.key = std::move(p.args[1 + p.next]);
         break;
       case PendingCommand::Kind::kDel:

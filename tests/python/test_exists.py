@@ -1,4 +1,4 @@
-"""Middleware.exists: whether a key exists, without reading its value."""
+"""Middleware.exists: whether a key exists, without copying its value."""
 import os
 import time
 

@@ -167,7 +167,7 @@ TEST_P(MiddlewareTest, ClassifyUsesHintThenSizeRule) {
   EXPECT_EQ(mw.Classify(OpType::kPut, 5, static_cast<RequestClass>(7)), RequestClass::kAuto);
 }
 
-// Exists answers OK or NotFound without reading the value (no engine Get), sync and
+// Exists answers OK or NotFound without copying the value (no engine Get), sync and
 // async, and counts as a read of 0 bytes of its class.
 TEST_P(MiddlewareTest, ExistsReadsNoValue) {
   TestEngine engine;
