@@ -8,15 +8,6 @@ import nvmw
 from nvmw import errors
 
 
-@pytest.fixture(params=["pmem", "memory"])
-def mw(request, shm_dir):
-    path = os.path.join(shm_dir, "t.pool") if request.param == "pmem" else None
-    m = nvmw.Middleware(path, engine=request.param, interactive_threads=2, batch_threads=1,
-                        window_s=0.05, pool_size=64 << 20)
-    yield m
-    m.close()
-
-
 def test_put_get_remove_roundtrip(mw):
     assert mw.get(b"missing") is None
     mw.put(b"k1", b"v1", cls="interactive")
