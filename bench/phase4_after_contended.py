@@ -9,7 +9,10 @@ seed 0 (order 6 then 4), every controller on its own middleware in this one proc
 windows whose interactive p99 met the latency goal and the worst window.
 
     python bench/phase4_after_contended.py [--controllers none fixed:15,15 ...]
-        [--steps-per-phase 150] [--window 0.1] [--out FILE]
+        [--steps-per-phase 150] [--window 0.1] [--isolate] [--out FILE]
+
+--isolate runs each controller and its middleware in a process of its own instead
+(evaluate_controllers(isolate=True)), the turns kept.
 
 Measured (docs/rl.md, "Where it loses steps"): six controllers reproduce it (0.29 of
 phase-4 windows at fixed:4,1), two do not, and neither does one middleware alone after a
@@ -23,9 +26,8 @@ import os
 import sys
 import time
 
-from nvmw.lab.evaluation import evaluate_controllers
+from nvmw.lab.evaluation import EnvFactory, evaluate_controllers
 from nvmw.lab.lineup import ControllerContext, build_controllers
-from nvmw.rl.registry import make_env
 
 DEFAULT_CONTROLLERS = ["none", "fixed:15,15", "fixed:8,4", "fixed:32,1", "fixed:32,32", "fixed:4,1"]
 
@@ -35,23 +37,25 @@ def main(argv=None) -> int:
     p.add_argument("--controllers", nargs="+", default=DEFAULT_CONTROLLERS)
     p.add_argument("--steps-per-phase", type=int, default=150)
     p.add_argument("--window", type=float, default=0.1, help="monitor window, s (default 0.1)")
+    p.add_argument("--isolate", action="store_true",
+                   help="each controller and its middleware in a process of its own (turns kept)")
     p.add_argument("--out", help="also write the result as JSON here")
     args = p.parse_args(argv)
     if args.steps_per_phase < 1 or not args.window > 0:
         p.error("--steps-per-phase must be >= 1 and --window > 0")
 
-    def make(control: bool):
-        return make_env("real", window_s=args.window, device="optane-1dimm", engine="memory",
-                        control=control, max_episode_steps=10**6)
-
-    ctrls = build_controllers(args.controllers, ControllerContext())
+    make = EnvFactory("real", dict(window_s=args.window, device="optane-1dimm", engine="memory",
+                                   max_episode_steps=10**6))
+    ctrls = args.controllers if args.isolate else build_controllers(args.controllers, ControllerContext())
     n = args.steps_per_phase
     load_before = os.getloadavg()
     t0 = time.time()
     # Seed 0 orders the two phases 6, 4.
     _summaries, traces = evaluate_controllers(make, ctrls, total_steps=2 * n, switch_every=n, seed=0,
-                                              phases=(6, 4), progress=sys.stderr.isatty())
+                                              phases=(6, 4), progress=sys.stderr.isatty(),
+                                              isolate=args.isolate, context=ControllerContext())
     result = {"run": {"controllers": args.controllers, "steps_per_phase": n, "window_s": args.window,
+                      "processes": "one per controller" if args.isolate else "one for all controllers",
                       "load_before": load_before, "load_after": os.getloadavg(),
                       "wall_s": time.time() - t0,
                       "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0))},

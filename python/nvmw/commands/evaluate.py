@@ -24,6 +24,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="400 steps, 0.1 s windows, switch every 100")
     p.add_argument("--sequential", action="store_true", help="run each controller's whole run before the next "
                    "one's (default: controllers take turns, one phase segment each)")
+    p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=False,
+                   help="run each controller and its env (its own middleware and workload) in a process of its "
+                        "own, the turns kept: the parent tells one process at a time to run its segment "
+                        "(default: all in this process). With --online or q-learning-online the agent as it "
+                        "ended the run comes back from its process, so --save-agent works")
     p.add_argument("--controllers", nargs="+", default=list(DEFAULT_LINEUP),
                    help=controller_help(" ".join(DEFAULT_LINEUP)))
     p.add_argument("--agent", default=None, help="trained agent (default: the shipped one for --device)")
@@ -70,10 +75,11 @@ def run(args) -> int:
             args.env, _lineup(args), window_s=args.window, steps=args.steps, switch_every=args.switch_every,
             seed=args.seed, sla=args.sla, device=args.device, engine=args.engine, path=args.path,
             sim_params=args.sim_params, context=context, interleave=not args.sequential, progress=True,
-            built=controllers,
+            built=controllers, isolate=args.isolate,
             **({"online": "q-learning learns during the run (replay 2,000 windows, 16 per update, Q step 0.1)"}
                if args.online else {}),
-            order="sequential" if args.sequential else "interleaved (controllers take turns per segment)")
+            order="sequential" if args.sequential else "interleaved (controllers take turns per segment)",
+            processes="one per controller" if args.isolate else "one for all controllers")
     except Interrupted as e:
         # Ctrl-C: the steps taken so far, written like a finished run (no figure), marked
         # as interrupted in run.json and eval.md.

@@ -74,9 +74,12 @@ class _Run:
                 on_step=lambda *t: self._record(*t, bar=bar))
             self.done = ended or self.step >= self.total_steps
         # Let the next controller have the machine (RealEnv stops its workload; the next
-        # phase switch restarts it).
+        # phase switch restarts it). A run that has ended stops its workload too: left
+        # running until the envs are closed, the finished runs' workloads would load the
+        # machine under every later controller's last segment (phase 4 ends seeds 1 and 4,
+        # 400 client threads per env: docs/rl.md, "Where it loses steps").
         pause = getattr(self.env.unwrapped, "pause", None)
-        if pause is not None and not self.done:
+        if pause is not None:
             pause()
         self.wall_s += time.monotonic() - t0
 
@@ -169,26 +172,259 @@ def summarize(trace: Mapping[str, list], switch_every: int) -> dict[str, Any]:
     }
 
 
-def evaluate_controllers(make_env: Callable[[bool], ControlEnv], controllers: Sequence[Controller], *,
+@dataclasses.dataclass(frozen=True)
+class EnvFactory:
+    """A picklable `make_env(control)` for `evaluate_controllers`: nvmw.rl.make_env(kind,
+    control=control, **kwargs). Needed with isolate=True, where each controller's process
+    builds its own env."""
+
+    kind: str
+    kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __call__(self, control: bool) -> ControlEnv:
+        return make_env(self.kind, control=control, **dict(self.kwargs))
+
+
+class ControllerProcessError(RuntimeError):
+    """The process running one controller's run (isolate=True) failed or died."""
+
+    def __init__(self, controller: str, message: str, built_name: str | None = None):
+        label = repr(controller) if built_name in (None, controller) else f"{controller!r} ({built_name})"
+        super().__init__(f"controller {label}: {message}")
+        self.controller = controller
+
+
+class _Stopped(Exception):
+    """The parent asked a child's run to stop (Ctrl-C in the parent)."""
+
+
+class _ChildProgress:
+    """The tqdm-like bar a child's run updates: steps go to the parent at most every
+    0.5 s; the stop event ends the run after the current window."""
+
+    def __init__(self, conn, stop):
+        self.conn, self.stop = conn, stop
+        self.pending, self.sent_at = 0, time.monotonic()
+
+    def update(self, n: int = 1) -> None:
+        self.pending += n
+        if time.monotonic() - self.sent_at >= 0.5:
+            self.flush()
+        if self.stop.is_set():
+            raise _Stopped
+
+    def flush(self) -> None:
+        if self.pending:
+            self.conn.send(("progress", self.pending))
+        self.pending, self.sent_at = 0, time.monotonic()
+
+
+def _child_main(conn, stop, env_factory, name: str, context, run_kwargs: dict) -> None:
+    """One controller's run in a process of its own: builds the controller and its env,
+    then obeys the parent ("advance", n) / ("finish",) and sends its trace back at the end
+    (plus the controller itself if it learned online)."""
+    import signal
+    import traceback
+
+    # Ctrl-C is the parent's to handle: it stops the children through `stop`.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from nvmw.lab.lineup import make_controller
+
+    run = None
+    try:
+        controller = make_controller(name, context)
+        run = _Run(env_factory(controller.requires_control), controller, **run_kwargs)
+        conn.send(("ready", controller.name))
+        while True:
+            msg = conn.recv()
+            if msg[0] == "advance":
+                bar = _ChildProgress(conn, stop)
+                try:
+                    run.advance(msg[1], bar)
+                except _Stopped:
+                    pass
+                bar.flush()
+                conn.send(("done", run.step, run.done))
+            else:  # "finish"
+                learned = controller if getattr(controller, "observe", None) is not None else None
+                conn.send(("result", run.result(), learned))
+                break
+    except BaseException as e:  # noqa: BLE001 (reported to the parent, which raises)
+        try:
+            conn.send(("error", f"{type(e).__name__}: {e}", traceback.format_exc()))
+        except Exception:  # noqa: BLE001 (the parent sees the process die instead)
+            pass
+    finally:
+        if run is not None:
+            run.env.close()
+        conn.close()
+
+
+class _Child:
+    """The parent's handle on one controller's process."""
+
+    def __init__(self, mp, env_factory, name: str, context, run_kwargs: dict):
+        self.spec_name = self.name = name
+        self.conn, child_conn = mp.Pipe()
+        self.stop = mp.Event()
+        self.proc = mp.Process(target=_child_main, name=f"nvmw-eval {name}", daemon=True,
+                               args=(child_conn, self.stop, env_factory, name, context, run_kwargs))
+        self.proc.start()
+        child_conn.close()
+        self.step = 0
+        self.done = False
+        self.trace: dict | None = None
+        self.learned = None
+
+    def recv(self, timeout: float | None = None):
+        """The child's next message; ControllerProcessError if it reported an error or
+        died (None on timeout)."""
+        from multiprocessing.connection import wait
+
+        ready = wait([self.conn, self.proc.sentinel], timeout)
+        if not ready:
+            return None
+        try:
+            if self.conn in ready or self.conn.poll():
+                msg = self.conn.recv()
+            else:
+                raise EOFError
+        except (EOFError, OSError):
+            self.proc.join(5)
+            raise ControllerProcessError(self.spec_name, f"its process died (exit code {self.proc.exitcode}) "
+                                         "without reporting", self.name) from None
+        if msg[0] == "error":
+            raise ControllerProcessError(self.spec_name, f"failed in its process: {msg[1]}\n{msg[2]}", self.name)
+        return msg
+
+    def wait_ready(self) -> None:
+        msg = self.recv()
+        self.name = msg[1]
+
+    def advance(self, n: int, bar) -> None:
+        self.conn.send(("advance", int(n)))
+        while True:
+            msg = self.recv()
+            if msg[0] == "progress":
+                if bar is not None:
+                    bar.update(msg[1])
+            elif msg[0] == "done":
+                self.step, self.done = msg[1], msg[2]
+                return
+
+    def finish(self, timeout: float | None = None) -> None:
+        """Ask for the trace (the child then exits); with a timeout, give up quietly."""
+        if self.trace is not None:
+            return
+        self.conn.send(("finish",))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            msg = self.recv(left)
+            if msg is None:
+                return
+            if msg[0] == "done":
+                self.step = msg[1]
+            elif msg[0] == "result":
+                self.trace, self.learned = msg[1], msg[2]
+                self.step = len(self.trace["step"])
+                return
+
+    def close(self) -> None:
+        """End the child: a run in progress stops after its window; one waiting for the
+        next command sees the pipe close, closes its env and exits."""
+        self.stop.set()
+        self.conn.close()
+        self.proc.join(60)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(10)
+
+
+def _evaluate_isolated(env_factory, names: Sequence[str], context, *, run_kwargs: dict, total_steps: int,
+                       switch_every: int, interleave: bool, bar, children: list) -> None:
+    import multiprocessing
+
+    mp = multiprocessing.get_context("spawn")
+    if interleave:
+        children.extend(_Child(mp, env_factory, n, context, run_kwargs) for n in names)
+        for ch in children:
+            ch.wait_ready()
+        for _seg in range(-(-total_steps // switch_every)):
+            for ch in children:
+                if bar is not None:
+                    bar.set_postfix(controller=ch.name, refresh=False)
+                ch.advance(switch_every, bar)
+        for ch in children:
+            ch.finish()
+    else:
+        for n in names:
+            ch = _Child(mp, env_factory, n, context, run_kwargs)
+            children.append(ch)
+            ch.wait_ready()
+            if bar is not None:
+                bar.set_postfix(controller=ch.name, refresh=False)
+            ch.advance(total_steps, bar)
+            ch.finish()
+            ch.close()
+
+
+def evaluate_controllers(make_env: Callable[[bool], ControlEnv], controllers: Sequence[Controller | str], *,
                          total_steps: int = 4000, switch_every: int = 200, seed: int = 0,
                          initial_threads: tuple[int, int] = (15, 15), progress: bool = False,
-                         phases: Sequence[int] = DEFAULT_PHASES, interleave: bool = True) -> tuple[dict, dict]:
+                         phases: Sequence[int] = DEFAULT_PHASES, interleave: bool = True, isolate: bool = False,
+                         context: ControllerContext | None = None, built: list | None = None) -> tuple[dict, dict]:
     """Every controller on the same seeded schedule. make_env(control) builds a fresh env
-    (control=False for the no-control baseline); it is closed at the end.
+    (control=False for the no-control baseline); it is closed at the end. `controllers`
+    are controllers or names (nvmw.lab.lineup, built with `context`).
 
     interleave=True (default): the controllers take turns, one phase segment each
     (segment 1 of every controller, then segment 2, ...), each on its own env, so a change
     in machine load during the run hits every controller alike instead of whichever ran
     then; envs with a `pause()` (RealEnv) stop their workload while waiting. False runs
     each controller's whole run before the next one's.
+
+    isolate=True: each controller and its env live in a process of their own (started
+    with "spawn"), which builds them from the name, `context` and `make_env` (so
+    `controllers` must be names and `make_env` picklable, e.g. an EnvFactory); the turns
+    are the same, the parent telling one process at a time to advance a segment. A
+    process that fails or dies raises ControllerProcessError naming its controller.
+    `built`, if given, receives the controllers as they ended the run (isolate=True: only
+    those that learn online, sent back from their processes).
     Returns (summary per controller, trace per controller)."""
+    if isolate:
+        if not all(isinstance(c, str) for c in controllers):
+            raise TypeError("isolate=True builds each controller in its own process: pass controller names "
+                            "(and context), not controller objects")
+    else:
+        controllers = [build_controllers([c], context)[0] if isinstance(c, str) else c for c in controllers]
     summaries, traces = {}, {}
     bar = None
     if progress:
         bar = tqdm(total=total_steps * len(controllers), desc="evaluate", unit="step")
+    run_kwargs = dict(total_steps=total_steps, switch_every=switch_every, seed=seed,
+                      initial_threads=initial_threads, phases=tuple(phases))
     runs: list[_Run] = []
+    children: list[_Child] = []
     try:
-        if not interleave:
+        if isolate:
+            try:
+                _evaluate_isolated(make_env, controllers, context, run_kwargs=run_kwargs, total_steps=total_steps,
+                                   switch_every=switch_every, interleave=interleave, bar=bar, children=children)
+            except KeyboardInterrupt:
+                # Stop every child after its current window and collect what it ran.
+                for ch in children:
+                    ch.stop.set()
+                for ch in children:
+                    try:
+                        ch.finish(timeout=60.0)
+                    except (ControllerProcessError, OSError):
+                        pass
+                raise
+            finally:
+                for ch in children:
+                    ch.close()
+        elif not interleave:
             for c in controllers:
                 env = make_env(c.requires_control)
                 try:
@@ -201,9 +437,7 @@ def evaluate_controllers(make_env: Callable[[bool], ControlEnv], controllers: Se
         else:
             try:
                 for c in controllers:
-                    runs.append(_Run(make_env(c.requires_control), c, total_steps=total_steps,
-                                     switch_every=switch_every, seed=seed, initial_threads=initial_threads,
-                                     phases=phases))
+                    runs.append(_Run(make_env(c.requires_control), c, **run_kwargs))
                 for _seg in range(-(-total_steps // switch_every)):
                     for run in runs:
                         if bar is not None:
@@ -217,11 +451,23 @@ def evaluate_controllers(make_env: Callable[[bool], ControlEnv], controllers: Se
         if bar is not None:
             bar.close()
         traces = {run.controller.name: run.result() for run in runs if run.step > 0}
+        traces.update({ch.name: ch.trace for ch in children if ch.trace is not None and ch.trace["step"]})
         summaries = {name: summarize(tr, switch_every) for name, tr in traces.items()}
         done = {name: len(tr["step"]) for name, tr in traces.items()}
         raise Interrupted(f"steps done per controller: {done} of {total_steps}",
                           partial=(summaries, traces)) from None
-    traces = {run.controller.name: run.result() for run in runs}
+    except BaseException:
+        if bar is not None:
+            bar.close()
+        raise
+    if isolate:
+        traces = {ch.name: ch.trace for ch in children}
+        if built is not None:
+            built.extend(ch.learned for ch in children if ch.learned is not None)
+    else:
+        traces = {run.controller.name: run.result() for run in runs}
+        if built is not None:
+            built.extend(controllers)
     if bar is not None:
         bar.close()
     for name, tr in traces.items():
@@ -233,28 +479,30 @@ def evaluate_lineup(env_kind: str, controllers: Sequence[str], *, window_s: floa
                     seed: int = 0, sla: SLASpec | str | None = None, device: str = "optane-1dimm",
                     engine: str = "memory", path: str | None = None, sim_params: Any = None,
                     context: ControllerContext | None = None, interleave: bool = True, progress: bool = False,
-                    built: list | None = None, **header_extra: Any) -> tuple[dict, dict, dict]:
+                    built: list | None = None, isolate: bool = False, **header_extra: Any
+                    ) -> tuple[dict, dict, dict]:
     """The long run of a line-up of controller names (nvmw.lab.lineup) on fresh envs of
     one kind (nvmw.rl.make_env): the SLA spec is resolved once (`sla`, default the
     calibrated one for `device`) and shared by every env and by the controllers aiming at
     its latency goal. Returns (summaries, traces, run header); `built`, if given, receives
-    the controllers (e.g. to save an agent that learned online)."""
+    the controllers (e.g. to save an agent that learned online; isolate=True: only those
+    that learned online, as their processes ended the run). isolate=True runs each
+    controller and its env in a process of its own (see evaluate_controllers)."""
     probe = make_env(env_kind, window_s=window_s, sla=sla, device=device, engine=engine)
     spec = probe.sla
     header = run_header(env_kind, probe, steps=steps, switch_every=switch_every, seed=seed, **header_extra)
     probe.close()
     ctx = dataclasses.replace(context or ControllerContext(), sla=spec)
+    # Built here also with isolate=True, where each process builds its own: a wrong name or
+    # a missing agent file fails before any process starts.
     ctrls = build_controllers(controllers, ctx)
-    if built is not None:
-        built.extend(ctrls)
-
-    def fresh_env(control: bool) -> ControlEnv:
-        return make_env(env_kind, window_s=window_s, sla=spec, device=device, engine=engine, control=control,
-                        path=path, max_episode_steps=steps, sim_params=sim_params)
-
+    fresh_env = EnvFactory(env_kind, dict(window_s=window_s, sla=spec, device=device, engine=engine, path=path,
+                                          max_episode_steps=steps, sim_params=sim_params))
     try:
-        summaries, traces = evaluate_controllers(fresh_env, ctrls, total_steps=steps, switch_every=switch_every,
-                                                 seed=seed, progress=progress, interleave=interleave)
+        summaries, traces = evaluate_controllers(fresh_env, list(controllers) if isolate else ctrls,
+                                                 total_steps=steps, switch_every=switch_every, seed=seed,
+                                                 progress=progress, interleave=interleave, isolate=isolate,
+                                                 context=ctx, built=built)
     except Interrupted as e:
         summaries, traces = e.partial
         header = dict(header, interrupted=e.note)
