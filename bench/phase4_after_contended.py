@@ -1,9 +1,9 @@
 """Phase 4 right after a contended phase, under the interleaved evaluation's harness.
 
-In the long-run evaluation (`nvmw evaluate`), phase 4 that follows phase 5 or 6 loses
-latency steps for small limits (single 0.1 s windows with a p99 of 0.1-1 s), while the
-same limits meet the goal when phase 4 follows a gentle phase. This script reproduces it
-without the rest of the evaluation: `evaluate_controllers` over the phases (6, 4) only,
+In the long-run evaluation (`nvmw evaluate`), phase 4 that followed phase 5 or 6 (at the
+end of seeds 1 and 4) lost latency steps for small limits (single 0.1 s windows with a p99
+of 0.1-1 s), while the same limits met the goal where phase 4 followed a gentle phase.
+This script reruns that case without the rest of the evaluation: `evaluate_controllers` over the phases (6, 4) only,
 seed 0 (order 6 then 4), every controller on its own middleware in this one process, as
 `nvmw evaluate` runs them, and prints, per controller, the fraction of each segment's
 windows whose interactive p99 met the latency goal and the worst window.
@@ -14,9 +14,12 @@ windows whose interactive p99 met the latency goal and the worst window.
 --isolate runs each controller and its middleware in a process of its own instead
 (evaluate_controllers(isolate=True)), the turns kept.
 
-Measured (docs/rl.md, "Where it loses steps"): six controllers reproduce it (0.29 of
-phase-4 windows at fixed:4,1), two do not, and neither does one middleware alone after a
-pause of 40-150 s; jemalloc in place of glibc's allocator does not change it.
+Measured (docs/rl.md, "Where it loses steps"; bench/results-phase4-after-contended.json and
+-isolated.json): the loss was the harness's. A run that had ended left its workload
+running until all envs were closed, so each controller's last segment ran under the
+workloads of every controller before it (fixed:4,1, the last of six, met the goal on
+0.09-0.58 of phase-4 windows); with every run paused when it ends, 0.85-1.00. A process
+per controller (--isolate) did not remove it on its own.
 """
 from __future__ import annotations
 
