@@ -83,9 +83,11 @@ def test_every_run_stops_its_workload_when_it_ends():
             assert log[-1] == "pause" and log.count("pause") == (3 if interleave else 1)
 
 
-def test_isolation_needs_names():
+def test_isolation_needs_names_and_a_picklable_env_factory():
     with pytest.raises(TypeError, match="names"):
         evaluate_controllers(SIM, [object()], isolate=True, **RUN)
+    with pytest.raises(TypeError, match="picklable"):
+        evaluate_controllers(lambda control: SIM(control), ["none"], isolate=True, **RUN)
 
 
 def test_ctrl_c_keeps_what_every_process_ran(monkeypatch):

@@ -396,6 +396,13 @@ def evaluate_controllers(make_env: Callable[[bool], ControlEnv], controllers: Se
         if not all(isinstance(c, str) for c in controllers):
             raise TypeError("isolate=True builds each controller in its own process: pass controller names "
                             "(and context), not controller objects")
+        import pickle
+
+        try:
+            pickle.dumps(make_env)
+        except Exception as e:  # noqa: BLE001 (any pickling failure means the same)
+            raise TypeError("isolate=True builds each env in its controller's process: make_env must be "
+                            f"picklable, e.g. an EnvFactory ({e})") from None
     else:
         controllers = [build_controllers([c], context)[0] if isinstance(c, str) else c for c in controllers]
     summaries, traces = {}, {}
