@@ -86,7 +86,8 @@ def test_evaluate_writes_tables(pipeline, tmp_path):
         assert 0 <= s["sla_both_met"] <= 1 and s["steps"] == 40
     with open(out / "run.json") as fh:
         run = json.load(fh)
-    assert {"cores", "device", "window_s", "sla"} <= set(run)
+    assert {"cores", "cpu", "device", "window_s", "sla"} <= set(run)
+    assert isinstance(run["cpu"], str) and run["cpu"].strip()
     assert (out / "eval.png").exists() and (out / "eval.md").exists()
 
 
@@ -144,3 +145,16 @@ def test_train_continues_a_saved_agent(pipeline, tmp_path):
     assert after.n_episodes_ == before.n_episodes_ + 1 and after.n_updates_ == before.n_updates_ + 10
     assert after.metadata_["previous"]["training"] == before.metadata_["training"]
     assert after.metadata_["history"][0]["epsilon"] == 0.5
+
+
+def test_cpu_model_reads_proc_cpuinfo(tmp_path, monkeypatch):
+    from nvmw.lab import runs
+
+    fake = tmp_path / "cpuinfo"
+    fake.write_text("processor\t: 0\nvendor_id\t: X\nmodel name\t: Test CPU @ 2.30GHz\n\nprocessor\t: 1\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda path, *a, **k: real_open(fake if path == "/proc/cpuinfo" else path,
+                                                                          *a, **k))
+    assert runs.cpu_model() == "Test CPU @ 2.30GHz"
+    fake.write_text("processor\t: 0\n")  # no model name line: falls back to platform
+    assert runs.cpu_model() == (runs.platform.processor() or runs.platform.machine() or "unknown")

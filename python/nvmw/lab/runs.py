@@ -1,8 +1,9 @@
 """What experiments share: the shipped agent and oracle files, and the run header every
-report carries (cores, env, device, window, SLA, phase set)."""
+report carries (cores, processor, env, device, window, SLA, phase set)."""
 from __future__ import annotations
 
 import os
+import platform
 from importlib import resources
 from typing import Any, Optional, Sequence
 
@@ -23,6 +24,21 @@ def shipped_oracle_path(device: str = "optane-1dimm") -> str:
     return data_path("sla", f"oracle-{device}.json")
 
 
+def cpu_model() -> str:
+    """The processor's model name (Linux: /proc/cpuinfo), else what `platform` knows.
+    Latency figures move with it (the same phases give a different p99 on another
+    processor), so every report states it."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
 def phase_set_label(env_kind: str, phases: Optional[Sequence[int]] = None) -> str:
     """The phase set a run used (default `DEFAULT_PHASES`) and how its contended phases
     were scaled; the synthetic env has its own analytic phases."""
@@ -33,11 +49,12 @@ def phase_set_label(env_kind: str, phases: Optional[Sequence[int]] = None) -> st
 
 
 def run_header(env_kind: str, env: ControlEnv, phases: Optional[Sequence[int]] = None, **extra: Any) -> dict[str, Any]:
-    """What every report states: machine cores, device profile, window length, SLA spec,
-    phase set (`phases`, default `DEFAULT_PHASES`)."""
+    """What every report states: machine cores and processor, device profile, window
+    length, SLA spec, phase set (`phases`, default `DEFAULT_PHASES`)."""
     sla = env.sla
     h = {
         "cores": os.cpu_count() or 1,
+        "cpu": cpu_model(),
         "env": env_kind,
         "device": getattr(env, "device", "synthetic" if env_kind == "synthetic" else "none"),
         "window_s": env.window_s,
@@ -49,4 +66,4 @@ def run_header(env_kind: str, env: ControlEnv, phases: Optional[Sequence[int]] =
     return h
 
 
-__all__ = ["data_path", "shipped_agent_path", "shipped_oracle_path", "run_header", "phase_set_label"]
+__all__ = ["cpu_model", "data_path", "shipped_agent_path", "shipped_oracle_path", "run_header", "phase_set_label"]
