@@ -15,7 +15,7 @@ from nvmw.control.controllers import Controller
 from nvmw.control.loop import drive
 from nvmw.control.sla import SLASpec
 from nvmw.errors import Interrupted
-from nvmw.lab.lineup import ControllerContext, build_controllers
+from nvmw.lab.lineup import ControllerContext, build_controllers, make_controller
 from nvmw.lab.runs import run_header
 from nvmw.rl.envs import ControlEnv, SeqPhaseEnv
 from nvmw.rl.registry import make_env
@@ -228,8 +228,6 @@ def _child_main(conn, stop, env_factory, name: str, context, run_kwargs: dict) -
 
     # Ctrl-C is the parent's to handle: it stops the children through `stop`.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from nvmw.lab.lineup import make_controller
-
     run = None
     try:
         controller = make_controller(name, context)
