@@ -2,12 +2,14 @@
 still work and say on stderr what replaced them."""
 import json
 
+import numpy as np
 import pytest
 
 from nvmw.cli import build_parser, main
 from nvmw.control import SLASpec
-from nvmw.control.controllers import AIMD, Fixed, Gradient, NoControl
+from nvmw.control.controllers import AIMD, AgentController, Fixed, Gradient, NoControl, OnlineAgentController
 from nvmw.lab.lineup import DEFAULT_LINEUP, ControllerContext, make_controller
+from nvmw.rl import QLearningAgent
 
 
 def test_current_names_build_their_controllers(capsys):
@@ -76,3 +78,20 @@ def test_static_configurations_take_controller_names(capsys):
     assert main(["ycsb", "--ops", "200", "--records", "100", "--threads", "2", "--no-control", "--json"]) == 0
     cap = capsys.readouterr()
     assert json.loads(cap.out)["middleware"]["control"] is False and "use '--controller none'" in cap.err
+
+
+def test_q_learning_takes_an_agent_file_and_names_itself_after_it(tmp_path):
+    rng = np.random.default_rng(0)
+    X, A = rng.uniform(1, 10, size=(300, 8)), rng.integers(0, 9, size=300)
+    R = np.where(A == 2, 1.0, -1.0)
+    QLearningAgent(random_state=0).pretrain(X, A, R).save(tmp_path / "previous.joblib")
+    c = make_controller(f"q-learning:{tmp_path / 'previous.joblib'}")
+    assert isinstance(c, AgentController) and not isinstance(c, OnlineAgentController)
+    assert c.name == "q-learning:previous"
+    assert c.act(X[0], {}) == 2  # the file's agent acts, not the shipped one
+    online = make_controller(f"q-learning-online:{tmp_path / 'previous.joblib'}")
+    assert isinstance(online, OnlineAgentController) and online.name == "q-learning-online:previous"
+    assert make_controller("q-learning", ControllerContext(agent_path=str(tmp_path / "previous.joblib"))).name \
+        == "q-learning"
+    with pytest.raises(FileNotFoundError, match="nvmw train"):
+        make_controller(f"q-learning:{tmp_path / 'missing.joblib'}")

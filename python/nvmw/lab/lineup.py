@@ -6,7 +6,9 @@
     gradient      gradient limits aimed at the SLA's latency goal
     q-learning    the trained agent (the shipped one for the device unless a file is given;
                   with ControllerContext(online=True) it keeps learning during the run)
-    q-learning-online  the same agent, always learning during the run
+    q-learning:FILE  the agent saved in FILE, reported as "q-learning:<file name without
+                  .joblib>" (so two agents can run in one line-up)
+    q-learning-online  the same agent, always learning during the run (also :FILE)
     oracle        the per-phase best fixed configuration of a calibration sweep
 
 Older spellings ("no-control", a bare "fixed") are still accepted with a deprecation
@@ -26,7 +28,7 @@ from nvmw.lab.runs import shipped_agent_path, shipped_oracle_path
 from nvmw.rl.agent import QLearningAgent
 
 #: The built-in controller names (fixed takes ":I,B").
-CONTROLLER_NAMES = ("none", "fixed:I,B", "oracle", "aimd", "gradient", "q-learning", "q-learning-online")
+CONTROLLER_NAMES = ("none", "fixed:I,B", "oracle", "aimd", "gradient", "q-learning[:FILE]", "q-learning-online[:FILE]")
 #: The evaluation's default line-up: every built-in kind, fixed at the thesis's I15/B15.
 DEFAULT_LINEUP = ("none", "fixed:15,15", "oracle", "aimd", "gradient", "q-learning")
 #: Old spelling -> current one.
@@ -116,19 +118,19 @@ def _oracle(arg: str, ctx: ControllerContext) -> Controller:
 
 
 def _q_learning(arg: str, ctx: ControllerContext) -> Controller:
-    _no_argument("q-learning", arg)
-    path = ctx.agent_path or shipped_agent_path(ctx.device)
+    path = arg or ctx.agent_path or shipped_agent_path(ctx.device)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no trained agent at {path}: run `nvmw train` and pass --agent")
     agent = QLearningAgent.load(path)
+    kind = "q-learning-online" if ctx.online else "q-learning"
+    name = f"{kind}:{os.path.basename(path).removesuffix('.joblib')}" if arg else None
     if ctx.online:
-        return OnlineAgentController(agent, seed=ctx.seed)
-    return AgentController(agent)
+        return OnlineAgentController(agent, seed=ctx.seed, name=name)
+    return AgentController(agent, name=name)
 
 
 def _q_learning_online(arg: str, ctx: ControllerContext) -> Controller:
-    _no_argument("q-learning-online", arg)
-    return _q_learning("", dataclasses.replace(ctx, online=True))
+    return _q_learning(arg, dataclasses.replace(ctx, online=True))
 
 
 for _kind, _factory in (("none", _none), ("fixed", _fixed), ("aimd", _aimd), ("gradient", _gradient),
