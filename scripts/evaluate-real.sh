@@ -3,9 +3,11 @@
 # default line-up (none, fixed:15,15, oracle, aimd, gradient, q-learning) interleaved per
 # phase segment over the default phase set, emulated optane-1dimm, 0.1 s windows, one run
 # per seed, back to back.
-#   scripts/evaluate-real.sh [--steps N] [--switch-every K] [--agent FILE --tag T] SEED...
-#   (default: 1200 steps, 200 per segment, seeds 0 1 2, the shipped agent; with --tag the
-#   outputs are named seed<S>-<T>)
+#   scripts/evaluate-real.sh [--steps N] [--switch-every K] [--agent FILE] [--controllers "A B ..."]
+#                            [--tag T] SEED...
+#   (default: 1200 steps, 200 per segment, seeds 0 1 2, the shipped agent, the default
+#   line-up; with --tag the outputs are named seed<S>-<T>; --controllers "... q-learning
+#   q-learning:OLD.joblib" runs two agents side by side)
 # Per seed it writes build/eval-real/seed<S>/ (nvmw evaluate's eval.json, eval.md, eval.png,
 # traces.json, run.json), then bench/results-rl-eval-seed<S>.json (run header with the
 # command and the load average before and after, the summary per controller, and per
@@ -14,12 +16,14 @@
 # Needs the package installed (scripts/setup.sh) or NVMW_DEV_CORE_DIR/PYTHONPATH set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps=1200 switch=200 seeds=() agent=() tag=""
+steps=1200 switch=200 seeds=() agent=() controllers=() tag=""
 while (( $# )); do
   case "$1" in
     --steps) steps=$2; shift 2 ;;
     --switch-every) switch=$2; shift 2 ;;
     --agent) agent=(--agent "$2"); shift 2 ;;
+    # shellcheck disable=SC2206
+    --controllers) controllers=(--controllers $2); shift 2 ;;
     --tag) tag=-$2; shift 2 ;;
     *) seeds+=("$1"); shift ;;
   esac
@@ -28,7 +32,7 @@ done
 for s in "${seeds[@]}"; do
   out=build/eval-real/seed$s$tag
   mkdir -p build/eval-real
-  cmd=(nvmw evaluate --env real --window 0.1 --steps "$steps" --switch-every "$switch" --seed "$s" "${agent[@]}" --out "$out")
+  cmd=(nvmw evaluate --env real --window 0.1 --steps "$steps" --switch-every "$switch" --seed "$s" "${agent[@]}" "${controllers[@]}" --out "$out")
   before=$(cut -d' ' -f1-3 /proc/loadavg) start=$(date -u '+%Y-%m-%d %H:%M')
   echo "== $(date -u +%H:%M:%S) seed $s (load $before): ${cmd[*]}" >&2
   python3 -m "${cmd[@]}" > "$out.log" 2>&1 || { echo "seed $s failed, see $out.log" >&2; exit 1; }
