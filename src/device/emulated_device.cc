@@ -11,9 +11,7 @@
 // Advance(t) replays departures up to time t in order, changing the rates at each.
 // After its transfer an access waits the idle latency (and a stall, if drawn) before
 // it returns; that tail does not occupy the device.
-#include <linux/futex.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,6 +29,7 @@
 
 #include "nvmw/device.h"
 #include "util/clock.h"
+#include "util/futex.h"
 #include "util/spin.h"
 
 namespace nvmw {
@@ -42,16 +41,9 @@ namespace {
 // clock_nanosleep(CLOCK_MONOTONIC) and the timer thread's condition variable waits on
 // steady_clock time points.
 
-// Raw futex: waking an address whose owner has already returned is harmless (no write
-// to that memory), which lets a departure wake a waiter whose Job lives on its stack.
-void FutexWait(std::atomic<uint32_t>* word, uint32_t expected) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, nullptr,
-          nullptr, 0);
-}
-void FutexWake(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
-          nullptr, 0);
-}
+// Waiters sleep on raw futexes (util/futex.h): waking an address whose owner has
+// already returned is harmless, which lets a departure wake a waiter whose Job lives on
+// its stack.
 
 // The default 50 us timer slack would dwarf the waits we time; ask for 1 ns, once per
 // thread that sleeps on a deadline.
@@ -327,6 +319,8 @@ class EmulatedDeviceImpl final : public EmulatedDevice {
   }
 
   void TimerLoop() {
+    // Named for per-thread accounting (top -H, /proc/PID/task/TID/comm, schedstat).
+    prctl(PR_SET_NAME, "nvmw-devtimer", 0UL, 0UL, 0UL);
     UseFineTimerSlack();
     std::unique_lock<std::mutex> lk(mu_);
     while (!stop_) {

@@ -1,7 +1,7 @@
 // Admission side of the middleware: validation and classification, the permit path
 // (caller-runs and no-control: a sync call with a free permit runs on its own thread),
-// the hand-off path (admission gate, enqueue), waking synchronous callers (futex wake
-// words), and the async task pool.
+// the hand-off path (admission gate, enqueue), waking synchronous callers (a futex on
+// each task's state word), and the async task pool.
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -13,30 +13,10 @@
 
 #include "middleware/middleware_impl.h"
 #include "util/clock.h"
+#include "util/futex.h"
 #include "util/spin.h"
 
 namespace nvmw {
-
-namespace {
-
-// Futex words for parked synchronous callers. A caller's task lives on its stack and
-// dies the moment the caller sees kDone, so the worker must not notify on the task
-// itself; it notifies one of these static words instead (chosen by task address), which
-// outlive every task. Two callers sharing a word only cost a spurious wake-up.
-struct alignas(64) WakeWord {
-  std::atomic<uint32_t> seq{0};
-};
-constexpr size_t kWakeWords = 256;
-WakeWord g_wake_words[kWakeWords];
-
-std::atomic<uint32_t>& CallerWakeWord(const void* task) {
-  uintptr_t h = reinterpret_cast<uintptr_t>(task);
-  h ^= h >> 7;
-  h ^= h >> 17;
-  return g_wake_words[(h >> 4) % kWakeWords].seq;
-}
-
-}  // namespace
 
 Status ExecuteOp(Engine* db, OpType op, std::string_view key, std::string_view value,
                  std::string* out, uint64_t* bytes) {
@@ -147,12 +127,11 @@ void Middleware::Impl::PushReady(Task* t) {
 // ---- waking sync callers ----
 
 void Middleware::Impl::Signal(Task* t) {
-  std::atomic<uint32_t>& word = CallerWakeWord(t);
-  // After this exchange the caller may return and destroy the task: touch only `word`.
-  if (t->state.exchange(kDone, std::memory_order_acq_rel) == kParked) {
-    word.fetch_add(1, std::memory_order_seq_cst);
-    word.notify_all();
-  }
+  std::atomic<uint32_t>* state = &t->state;
+  // After this exchange the caller may return and destroy the task: from here on the
+  // state word's address is only a futex key (waking it touches no memory; a later
+  // sleeper on the same address sees a spurious wake-up and re-checks).
+  if (state->exchange(kDone, std::memory_order_acq_rel) == kParked) FutexWake(state, 1);
 }
 
 void Middleware::Impl::CompleteSync(Task* t, Status status) {
@@ -176,12 +155,10 @@ void Middleware::Impl::WaitSync(Task* t) {
   if (!t->state.compare_exchange_strong(expected, kParked, std::memory_order_acq_rel)) {
     return;  // already kDone
   }
-  std::atomic<uint32_t>& word = CallerWakeWord(t);
-  for (;;) {
-    const uint32_t seq = word.load(std::memory_order_seq_cst);
-    if (t->state.load(std::memory_order_acquire) == kDone) return;
-    word.wait(seq, std::memory_order_seq_cst);
-  }
+  // A raw futex on the state word itself: sleeps at once (no yielding first, see
+  // util/futex.h) and is woken by its own completion only. If the worker's exchange
+  // came first the wait returns immediately (the word is no longer kParked).
+  while (t->state.load(std::memory_order_acquire) != kDone) FutexWait(&t->state, kParked);
 }
 
 // ---- permits ----

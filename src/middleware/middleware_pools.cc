@@ -16,6 +16,7 @@
 
 #include "middleware/middleware_impl.h"
 #include "util/clock.h"
+#include "util/futex.h"
 #include "util/spin.h"
 
 namespace nvmw {
@@ -28,7 +29,7 @@ void Middleware::Impl::WakeOne(Pool& p) {
     if (slot.sleep.load(std::memory_order_relaxed) == kAsleep &&
         slot.sleep.compare_exchange_strong(expected, kNotified, std::memory_order_seq_cst)) {
       p.parked.fetch_sub(1, std::memory_order_seq_cst);
-      slot.sleep.notify_one();
+      FutexWake(&slot.sleep, 1);
       return;
     }
   }
@@ -40,7 +41,7 @@ void Middleware::Impl::WakeAll(Pool& p) {
     uint32_t expected = kAsleep;
     if (slot.sleep.compare_exchange_strong(expected, kNotified, std::memory_order_seq_cst)) {
       p.parked.fetch_sub(1, std::memory_order_seq_cst);
-      slot.sleep.notify_one();
+      FutexWake(&slot.sleep, 1);
     }
   }
 }
@@ -159,9 +160,8 @@ void Middleware::Impl::Park(Pool& p, int slot) {
       p.parked.fetch_sub(1, std::memory_order_seq_cst);
     }
   } else {
-    while (sleep.load(std::memory_order_seq_cst) == kAsleep) {
-      sleep.wait(kAsleep, std::memory_order_seq_cst);
-    }
+    // A raw futex: sleeps at once, where std::atomic::wait would yield first (util/futex.h).
+    while (sleep.load(std::memory_order_seq_cst) == kAsleep) FutexWait(&sleep, kAsleep);
   }
   sleep.store(kRunning, std::memory_order_relaxed);
   running_workers.fetch_add(1, std::memory_order_relaxed);
