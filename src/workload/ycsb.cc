@@ -10,6 +10,8 @@
 #include <system_error>
 #include <thread>
 
+#include <pthread.h>
+
 #include "util/histogram.h"
 #include "util/rng.h"
 #include "workload/ycsb_generators.h"
@@ -150,6 +152,12 @@ void YcsbGenerator::Impl::Sleep(Clock::time_point until) {
 }
 
 void YcsbGenerator::Impl::Client(int t) {
+  // Named for per-thread CPU and scheduling accounting (top -H, /proc/PID/task/TID/comm,
+  // schedstat), like the middleware's own threads.
+  (void)::pthread_setname_np(::pthread_self(),
+                             !mw                                           ? "ycsb-direct"
+                             : opt.request_class == RequestClass::kBatch ? "ycsb-batch"
+                                                                          : "ycsb-inter");
   ThreadStats& st = *stats[t];
   Rng rng(opt.seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(t) + 1);
   KeyChooser chooser(opt, key_space);
