@@ -59,6 +59,24 @@ def _threads() -> dict:
     return out
 
 
+def _machine() -> list:
+    """/proc/stat's aggregate cpu line in seconds: user nice system idle iowait irq softirq steal."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()[1:9]
+    hz = os.sysconf("SC_CLK_TCK")
+    return [int(x) / hz for x in fields]
+
+
+def _machine_delta(before: list, after: list, own_cpu_s: float, wall_s: float) -> dict:
+    """Where the machine's CPU time went: this process, everything else, idle, stolen."""
+    d = [a - b for a, b in zip(after, before)]
+    busy = d[0] + d[1] + d[2] + d[5] + d[6]
+    cores = os.cpu_count() or 1
+    return {"available_core_s": wall_s * cores, "this_process_core_s": own_cpu_s,
+            "other_busy_core_s": max(0.0, busy - own_cpu_s), "niced_core_s": d[1],
+            "idle_core_s": d[3] + d[4], "steal_core_s": d[7]}
+
+
 def _delta(before: dict, after: dict, wall_s: float) -> dict:
     groups: dict = {}
     for tid, a in after.items():
@@ -139,9 +157,16 @@ def run(sc: dict, args) -> dict:
             time.sleep(margin)
             t0 = time.perf_counter()
             before = _threads()
+            m_before = _machine()
             perf = None
             span = str(max(0.5, args.duration - 3 * margin))
-            if args.perf:
+            if args.perf and args.switches:
+                # Every switch-out of an interactive worker, with its call chain: what it
+                # blocks on (prev_state S) or is preempted in (R).
+                perf = subprocess.Popen(["perf", "record", "-q", "-g", "-e", "sched:sched_switch",
+                                         "--filter", 'prev_comm == "nvmw-inter"', "-p", str(os.getpid()),
+                                         "-o", args.perf + "." + str(len(args.done)), "--", "sleep", span])
+            elif args.perf:
                 perf = subprocess.Popen(["perf", "record", "-q", "-g", "-F", "1999", "-p", str(os.getpid()),
                                          "-o", args.perf + "." + str(len(args.done)), "--", "sleep", span])
             elif args.count:
@@ -152,6 +177,7 @@ def run(sc: dict, args) -> dict:
                                         stderr=subprocess.PIPE, text=True)
             time.sleep(max(0.1, args.duration - 2 * margin))
             after = _threads()
+            m_after = _machine()
             wall = time.perf_counter() - t0
             r_inter = inter.join()
             counts = {}
@@ -183,6 +209,7 @@ def run(sc: dict, args) -> dict:
         "middleware_windows_interactive": mw_i,
         "batch_mb_per_s": (r_batch["all"]["ops_per_s"] * 800 * 1024 / 1e6) if r_batch else 0.0,
         "threads": groups,
+        "machine": _machine_delta(m_before, m_after, sum(g["cpu_s"] for g in groups.values()), wall),
         "per_interactive_op": {
             "client_runnable_wait_us": 1e6 * ci.get("runnable_wait_s", 0) / max(1, ops),
             "client_cpu_us": 1e6 * ci.get("cpu_s", 0) / max(1, ops),
@@ -206,6 +233,8 @@ def main(argv=None) -> int:
     p.add_argument("--json")
     p.add_argument("--count", action="store_true",
                    help="also count sched_yield/futex syscalls and context switches (perf stat)")
+    p.add_argument("--switches", action="store_true",
+                   help="with --perf: record the interactive workers' context switches instead of samples")
     p.add_argument("--perf", help="also `perf record -g` each interactive run into PERF.<n>")
     args = p.parse_args(argv)
     args.done = []
@@ -225,6 +254,11 @@ def main(argv=None) -> int:
                   f"runnable-wait {v['runnable_wait_s']:.2f} s (mean {v['mean_waiting_threads']:.1f} threads), slices {v['slices']}, "
                   f"wait/slice {v['mean_wait_per_slice_us']:.0f} us, vol {v['voluntary']}, invol {v['involuntary']}",
                   flush=True)
+        m = row["machine"]
+        print(f"    machine: {m['available_core_s']:.2f} core-s, this process {m['this_process_core_s']:.2f}, "
+              f"other processes and kernel {m['other_busy_core_s']:.2f} (niced {m['niced_core_s']:.2f}, "
+              f"includes our nice-19 batch worker), idle {m['idle_core_s']:.2f}, steal {m['steal_core_s']:.2f}",
+              flush=True)
         if row["perf_counts_per_s"]:
             print("    per interactive op: " + ", ".join(
                 f"{k.split(':')[-1]} {v / max(1.0, c['ops_per_s']):.2f}" for k, v in row["perf_counts_per_s"].items()),
