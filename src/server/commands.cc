@@ -72,12 +72,15 @@ std::string Lower(std::string_view s) {
   return out;
 }
 
-bool EqualsNoCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
+// ASCII only, as Redis's command lookup (no locale, no call per byte: this runs for
+// every command).
+char AsciiLower(char ch) { return ch >= 'A' && ch <= 'Z' ? static_cast<char>(ch + ('a' - 'A')) : ch; }
+
+// `lower` is already lower case.
+bool EqualsNoCase(std::string_view lower, std::string_view s) {
+  if (lower.size() != s.size()) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (lower[i] != AsciiLower(s[i])) return false;
   }
   return true;
 }
@@ -296,6 +299,14 @@ void Server::Impl::QueueValues(Conn* c, PendingCommand& p, size_t end) {
 
 void Server::Impl::FinishPending(Conn* c) {
   std::unique_ptr<PendingCommand> p = std::move(c->pending);
+  struct Recycle {  // hands the state back to the connection however this returns
+    Conn* c;
+    std::unique_ptr<PendingCommand>& p;
+    ~Recycle() {
+      p->Reset();
+      c->spare = std::move(p);
+    }
+  } recycle{c, p};
   if (!p->error.empty() && !p->streaming) {
     Send(c, [&](std::string* out) { resp::AppendError(out, p->error); });
     return;
@@ -493,14 +504,16 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
     return false;
   };
   auto start_pending = [&](PendingCommand::Kind kind, size_t total) {
-    auto p = std::make_unique<PendingCommand>();
+    std::unique_ptr<PendingCommand> p = c->spare ? std::move(c->spare) : std::make_unique<PendingCommand>();
     p->kind = kind;
     p->total = total;
     if (kind == PendingCommand::Kind::kGet || kind == PendingCommand::Kind::kMget) {
       p->values.resize(total);
       p->found.assign(total, 0);
     }
-    p->args = std::move(args);
+    // Swapped, not moved: the parser gets the previous command's (cleared) vector back,
+    // with its capacity.
+    p->args.swap(args);
     c->pending = std::move(p);
     Continue(io, c);
   };

@@ -482,10 +482,17 @@ void Server::Impl::Flush(IoThread* io, Conn* c) {
         off = 0;
         ++cnt;
       }
-      msghdr msg{};
-      msg.msg_iov = iov;
-      msg.msg_iovlen = static_cast<size_t>(cnt);
-      const ssize_t w = ::sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+      ssize_t w;
+      if (cnt == 1) {
+        // The usual small reply: send() spares the kernel importing a message header
+        // and an iovec array.
+        w = ::send(c->fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL);
+      } else {
+        msghdr msg{};
+        msg.msg_iov = iov;
+        msg.msg_iovlen = static_cast<size_t>(cnt);
+        w = ::sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+      }
       if (w < 0) {
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) break;

@@ -54,6 +54,30 @@ struct PendingCommand {
   bool streaming = false;           // MGET: the array header is queued
   size_t sent = 0;                  // MGET: values [0, sent) are queued
   uint64_t held = 0;                // MGET: bytes of values [sent, next), read, not queued
+
+  // Ready for the next command: every field as new, the vectors' capacity kept for
+  // ordinary commands (at most kKeepSlots keys), so a connection's GETs and SETs
+  // allocate no command state (Conn::spare).
+  static constexpr size_t kKeepSlots = 64;
+  void Reset() {
+    kind = Kind::kGet;
+    next = total = 0;
+    count = 0;
+    error.clear();
+    error_at = 0;
+    streaming = false;
+    sent = 0;
+    held = 0;
+    if (args.capacity() > kKeepSlots) {
+      std::vector<std::string>().swap(args);
+      std::vector<std::string>().swap(values);
+      std::vector<uint8_t>().swap(found);
+    } else {
+      args.clear();
+      values.clear();
+      found.clear();
+    }
+  }
 };
 
 struct Conn {
@@ -79,6 +103,9 @@ struct Conn {
   // The command in flight, if any. While set, no further command is parsed. Set with
   // nothing in flight: an MGET paused at the output cap (Flush resumes it).
   std::unique_ptr<PendingCommand> pending;
+  // The last finished command's state, reset, for the next one (one allocation per
+  // connection, not one per command).
+  std::unique_ptr<PendingCommand> spare;
   bool in_flight = false;  // a sub-request is with the middleware (set by the loop only)
   // Result of the last sub-request, written by its completion (inline on the loop, or on
   // a worker before the connection is posted to the loop's mailbox).

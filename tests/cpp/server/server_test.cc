@@ -255,6 +255,32 @@ TEST_F(ServerTest, MultiKeyCommandStopsAtTheFirstError) {
   EXPECT_EQ(c.Cmd({"PING"}), "+PONG\r\n");  // the connection goes on
 }
 
+// A connection reuses one command record for all its commands: nothing of a command
+// (its found keys, count, error, values) shows in the next one's reply, after a long
+// MGET (whose larger record is let go) as after a short one.
+TEST_F(ServerTest, EachCommandStartsFromAFreshRecord) {
+  StartAll();
+  Client c(port());
+  ASSERT_EQ(c.Cmd({"MSET", "a", "1", "b", "2"}), "+OK\r\n");
+  std::vector<std::string> mget = {"MGET"};
+  std::string want = "*100\r\n";
+  for (int i = 0; i < 100; ++i) {
+    mget.push_back(i % 2 == 0 ? "a" : "none" + std::to_string(i));
+    want += i % 2 == 0 ? "$1\r\n1\r\n" : "$-1\r\n";
+  }
+  EXPECT_EQ(c.Cmd(mget), want);
+  EXPECT_EQ(c.Cmd({"GET", "b"}), "$1\r\n2\r\n");
+  EXPECT_EQ(c.Cmd({"GET", "none1"}), "$-1\r\n");
+  EXPECT_EQ(c.Cmd({"EXISTS", "a", "b", "a"}), ":3\r\n");
+  EXPECT_EQ(c.Cmd({"EXISTS", "b"}), ":1\r\n");
+  EXPECT_EQ(c.Cmd({"MGET", "a", engine_.fail_key}), "-ERR IOError: injected failure\r\n");
+  EXPECT_EQ(c.Cmd({"GET", "a"}), "$1\r\n1\r\n");
+  EXPECT_EQ(c.Cmd({"MGET", "none", "b"}), "*2\r\n$-1\r\n$1\r\n2\r\n");
+  EXPECT_EQ(c.Cmd({"DEL", "a", "none"}), ":1\r\n");
+  EXPECT_EQ(c.Cmd({"SET", "c", "3"}), "+OK\r\n");
+  EXPECT_EQ(c.Cmd({"MGET", "a", "c"}), "*2\r\n$-1\r\n$1\r\n3\r\n");
+}
+
 // A full class queue is answered -OVERLOADED (retry later), not waited for.
 TEST_F(ServerTest, FullQueueIsOverloaded) {
   MiddlewareOptions mo;
