@@ -4,7 +4,8 @@ Both servers run at once on loopback ports; each measurement runs on one server,
 the other, repeated `--rounds` times in alternating order (so background load on a shared
 machine falls on both), and the median round is reported.
 
-  (a) redis-benchmark, 128 B SET and GET, 50 clients: ops/s and p99.
+  (a) redis-benchmark, 128 B SET and GET, 50 clients: ops/s and p99, and the CPU time
+      per request of the server and of redis-benchmark.
   (b) co-location: interactive 128 B SETs (redis-benchmark, `--inter-clients` clients) alone,
       then while `--batch-clients` connections (redis-py threads of this script) SET 800 KB
       values from 1 s before the interactive run until after it: the interactive p99 and
@@ -87,6 +88,31 @@ def run(port: int, *args: str) -> dict:
     return results(bench(port, *args))
 
 
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process, all its threads (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_with_cpu(port: int, pid: int, test: str, n: int, *args: str) -> dict:
+    """One redis-benchmark test, with the CPU time per request of the server (all its
+    threads) and of redis-benchmark (the only child reaped meanwhile): on 2 cores the
+    two share the machine, so ops/s follows whichever costs more per request."""
+    import resource
+
+    server0, client0 = process_cpu_s(pid), resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    r = run(port, "-t", test, "-n", str(n), *args)[test.upper()]
+    elapsed = time.monotonic() - t0
+    server1, client1 = process_cpu_s(pid), resource.getrusage(resource.RUSAGE_CHILDREN)
+    client_s = (client1.ru_utime - client0.ru_utime) + (client1.ru_stime - client0.ru_stime)
+    return dict(r, server_cpu_us_per_op=round(1e6 * (server1 - server0) / n, 2),
+                client_cpu_us_per_op=round(1e6 * client_s / n, 2),
+                server_cpu_util=round((server1 - server0) / elapsed, 2),
+                client_cpu_util=round(client_s / elapsed, 2))
+
+
 class BatchLoad:
     """`clients` connections, each SETting 800 KB values to random keys of `keys` until stopped."""
 
@@ -148,16 +174,17 @@ def median_round(rounds: list, key) -> dict:
     return ordered[(len(ordered) - 1) // 2]
 
 
-def measure(servers: dict, args) -> dict:
+def measure(servers: dict, pids: dict, args) -> dict:
     names = list(servers)
     out = {n: {"a": [], "b": [], "c": []} for n in names}
     for rnd in range(args.rounds):
         order = names if rnd % 2 == 0 else names[::-1]
         for n in order:
             port = servers[n]
-            # (a) 128 B SET and GET, 50 clients.
-            r = run(port, "-t", "set,get", "-n", str(args.small_n), "-c", "50", "-d", "128", "-r", "100000")
-            out[n]["a"].append({"set": r["SET"], "get": r["GET"]})
+            # (a) 128 B SET, then GET, 50 clients; one redis-benchmark per test, so that
+            # each test's CPU time per request is its own.
+            small = ("-c", "50", "-d", "128", "-r", "100000")
+            out[n]["a"].append({t: run_with_cpu(port, pids[n], t, args.small_n, *small) for t in ("set", "get")})
             # (b) co-location. Interactive alone first.
             inter_args = ("-t", "set", "-n", str(args.inter_n), "-c", str(args.inter_clients), "-d", "128",
                           "-r", "100000")
@@ -253,7 +280,7 @@ def main() -> int:
         try:
             wait_port(rport, redis_proc)
             wait_port(nport, nvmw_proc)
-            result = measure({"nvmw": nport, "redis": rport}, args)
+            result = measure({"nvmw": nport, "redis": rport}, {"nvmw": nvmw_proc.pid, "redis": redis_proc.pid}, args)
         finally:
             for p in (nvmw_proc, redis_proc):
                 p.send_signal(signal.SIGTERM)
