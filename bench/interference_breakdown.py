@@ -16,7 +16,8 @@ Usage (pool on tmpfs: PMEM_IS_PMEM_FORCE=1):
         --scenario none --scenario 2,1,19 --scenario 2,1,19,spin_ns=0 --json out.json
 
 A scenario is "alone", "none" (co-located, no control) or "I,B,NICE[,key=value...]"
-where key=value are extra `nvmw.Middleware` options (spin_ns, execution).
+where key=value are extra `nvmw.Middleware` options (spin_ns, execution), or dev_spin=N: the
+emulated device with at most N threads busy-waiting at once (its default: half the cores).
 """
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ import subprocess
 import threading
 import time
 
-from nvmw.middleware import Middleware
+from nvmw import _core
+from nvmw.devices import load_profile
+from nvmw.middleware import Middleware, open_engine
 from nvmw.workloads.ycsb import YcsbConfig, YcsbWorkload
 
 GROUPS = ("ycsb-inter", "ycsb-batch", "nvmw-inter", "nvmw-batch", "nvmw-devtimer")
@@ -115,12 +118,20 @@ def parse_scenario(text: str) -> dict:
 
 
 def run(sc: dict, args) -> dict:
+    extra = dict(sc.get("extra", {}))
+    dev_spin = extra.pop("dev_spin", None)
     with tempfile.TemporaryDirectory(prefix="nvmw-breakdown-", dir="/dev/shm") as d:
-        with Middleware(os.path.join(d, "demo.pool"), engine="pmem", control=sc["control"],
-                        device=args.device, interactive_threads=sc.get("threads", (1, 1))[0],
+        engine, device = "pmem", args.device
+        if dev_spin is not None:
+            # The emulated device with this many threads allowed to busy-wait at once.
+            base = open_engine("pmem", os.path.join(d, "demo.pool"), pool_size=1 << 30)
+            engine = _core.emulate_device(base, load_profile(args.device), max_spinning_threads=dev_spin)
+            device = None
+        with Middleware(os.path.join(d, "demo.pool"), engine=engine, control=sc["control"],
+                        device=device, interactive_threads=sc.get("threads", (1, 1))[0],
                         batch_threads=sc.get("threads", (1, 1))[1], pool_size=1 << 30,
                         window_s=args.window, batch_nice=sc.get("batch_nice", 0),
-                        **sc.get("extra", {})) as mw:
+                        **extra) as mw:
             inter = YcsbWorkload(mw, YcsbConfig(
                 record_count=10_000, duration_s=args.duration, read_proportion=0.5,
                 update_proportion=0.5, distribution="zipfian", value_bytes=128,
