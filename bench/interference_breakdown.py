@@ -174,8 +174,13 @@ def run(sc: dict, args) -> dict:
             if args.perf and args.switches:
                 # Every switch-out of an interactive worker, with its call chain: what it
                 # blocks on (prev_state S) or is preempted in (R).
-                perf = subprocess.Popen(["perf", "record", "-q", "-g", "-e", "sched:sched_switch",
-                                         "--filter", 'prev_comm == "nvmw-inter"', "-p", str(os.getpid()),
+                # --switches=blocked: only the switch-outs where a worker went to sleep, with
+                # DWARF call chains (the libraries have no frame pointers).
+                blocked = args.switches == "blocked"
+                perf = subprocess.Popen(["perf", "record", "-q", "-e", "sched:sched_switch",
+                                         "--call-graph", "dwarf,16384" if blocked else "fp",
+                                         "--filter", 'prev_comm == "nvmw-inter"' + (" && prev_state == 1" if blocked else ""),
+                                         "-p", str(os.getpid()),
                                          "-o", args.perf + "." + str(len(args.done)), "--", "sleep", span])
             elif args.perf:
                 perf = subprocess.Popen(["perf", "record", "-q", "-g", "-F", "1999", "-p", str(os.getpid()),
@@ -244,8 +249,9 @@ def main(argv=None) -> int:
     p.add_argument("--json")
     p.add_argument("--count", action="store_true",
                    help="also count sched_yield/futex syscalls and context switches (perf stat)")
-    p.add_argument("--switches", action="store_true",
-                   help="with --perf: record the interactive workers' context switches instead of samples")
+    p.add_argument("--switches", nargs="?", const="all", choices=["all", "blocked"],
+                   help="with --perf: record the interactive workers' context switches instead of samples "
+                        "(blocked: only where they went to sleep, with DWARF call chains)")
     p.add_argument("--perf", help="also `perf record -g` each interactive run into PERF.<n>")
     args = p.parse_args(argv)
     args.done = []
