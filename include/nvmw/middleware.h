@@ -80,9 +80,10 @@ struct MiddlewareOptions {
   // CPU niceness (0..19) that batch workers give themselves, so that when the CPU is the
   // contended resource the interactive workers and their clients run first. 0 (the
   // thesis's behaviour) leaves batch workers at the caller's priority. Raising one's own
-  // niceness needs no privilege. Measured on 2 cores with 100+100 clients (I2/B1):
-  // 10 lowers the interactive p99 ~40 % for ~20 % of batch throughput; 19 lowers it ~65 %
-  // for ~75 % (docs/middleware.md). Trades batch throughput for interactive tail latency.
+  // niceness needs no privilege. Measured on 2 cores with 100+100 clients (I2/B1, hand-off,
+  // while waiting clients still yielded the CPU): 10 lowered the interactive p99 ~40 % for
+  // ~20 % of batch throughput; 19 lowered it ~65 % for ~75 %. Since waiters sleep at once,
+  // 19 no longer lowered that p99 and cost 15-40 % of batch throughput (docs/middleware.md).
   int batch_nice = 0;
 };
 
