@@ -27,7 +27,8 @@
 # 16-point grid), NVMW_TUNE_MAX_SAMPLES (2000),
 # NVMW_TRAIN_SLA (calibrated-optane-1dimm), NVMW_TRAIN_SIM_PARAMS (the shipped fit for
 # optane-1dimm), NVMW_TRAIN_WORKERS (2; quick 1), NVMW_TRAIN_BACKEND (local), NVMW_RAY_ADDRESS,
-# NVMW_TRAIN_CURVE (thesis: docs/rl-learning-curve-thesis.png).
+# NVMW_TRAIN_CURVE (thesis: docs/rl-learning-curve-thesis.png), NVMW_TRAIN_TUNED (a
+# `nvmw tune` result to use instead of tuning, e.g. a previous agent's .tuned.json).
 # Needs the package installed (scripts/setup.sh) or NVMW_DEV_CORE_DIR/PYTHONPATH set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -78,6 +79,10 @@ if [[ ! -s "$work/transitions.npz" ]]; then
   mv "$work/transitions.tmp.npz" "$work/transitions.npz"
 else step "collect: $work/transitions.npz exists, skipped"; fi
 
+if [[ -n "${NVMW_TRAIN_TUNED:-}" && ! -s "$work/$name.tuned.json" ]]; then
+  step "tune: model parameters from $NVMW_TRAIN_TUNED"
+  cp "$NVMW_TRAIN_TUNED" "$work/$name.tuned.json"
+fi
 if [[ ! -s "$work/$name.tuned.json" ]]; then
   step "tune"
   timed tune python3 -m nvmw tune "$work/transitions.npz" "${tune_grid[@]}" --cv "${NVMW_TUNE_CV:-5}" --n-jobs 2 \
