@@ -57,13 +57,15 @@ def _sim(fast_forward, phase=6):
 
 def test_fast_forward_simulates_part_of_each_window_and_keeps_throughput():
     fast, exact = _sim(True), _sim(False)
-    f = [fast.run_window() for _ in range(6)][1:]
-    e = [exact.run_window() for _ in range(6)][1:]
-    assert fast.now_s == exact.now_s == exact.virtual_s == 6.0
+    f = [fast.run_window() for _ in range(11)][1:]
+    e = [exact.run_window() for _ in range(11)][1:]
+    assert fast.now_s == exact.now_s == exact.virtual_s == 11.0
     assert fast.virtual_s < 0.5 * fast.now_s
+    # Mean over ten windows: the two modes draw different sample paths, and a window's
+    # batch count (about 3,000 large requests) moves by a few percent between paths.
     for key in ("interactive", "batch"):
-        fo = np.median([w[key]["ops_per_s"] for w in f])
-        eo = np.median([w[key]["ops_per_s"] for w in e])
+        fo = np.mean([w[key]["ops_per_s"] for w in f])
+        eo = np.mean([w[key]["ops_per_s"] for w in e])
         assert fo == pytest.approx(eo, rel=0.03)
     # The batch side of phase 6 floods the device: every client waits in both modes.
     assert f[-1]["batch"]["queue_len_end"] == e[-1]["batch"]["queue_len_end"]
