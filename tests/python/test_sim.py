@@ -186,6 +186,32 @@ def test_attain_rule_hand_computed():
     assert spec_q.lat_goal != spec.lat_goal
 
 
+def test_attain_rule_pools_throughput_windows_of_configurations_delivering_the_same():
+    # The latency promise is A's (p99 100..190). A's throughputs 1000..1090 (median 1045,
+    # own q0.1 = 1009); B delivers the same median with a wider spread (595..1495 by 100);
+    # C falls behind (median 504.5) and is not pooled. Pooled A and B: 20 windows, q0.1 at
+    # index 1.9 of the sorted values 595, 695, 795, ... = 695 + 0.9 * 100 = 785.
+    rows = []
+    for k in range(10):
+        rows.append({"phase": 1, "interactive_threads": 1, "batch_threads": 1, "p99_us": 100 + 10 * k,
+                     "throughput": 1000 + 10 * k})
+        rows.append({"phase": 1, "interactive_threads": 2, "batch_threads": 1, "p99_us": 500 + 10 * k,
+                     "throughput": 595 + 100 * k})
+        rows.append({"phase": 1, "interactive_threads": 4, "batch_threads": 1, "p99_us": 900 + 10 * k,
+                     "throughput": 500 + k})
+    spec, rep = derive_spec(rows, rule="attain", attain=0.9)
+    promise = rep["promise_per_phase"]["1"]
+    assert promise["config"] == "I1B1" and promise["throughput_peer_configs"] == 2
+    assert promise["throughput_windows"] == 20
+    assert promise["throughput_own_windows"] == pytest.approx(1009.0)
+    assert spec.tp_goal == pytest.approx(785.0)
+    # With no tolerance only configurations of exactly the promise's median are pooled.
+    spec0, _ = derive_spec(rows, rule="attain", attain=0.9, tp_peer=0.0)
+    assert spec0.tp_goal == pytest.approx(785.0)
+    with pytest.raises(ValueError, match="tp_peer"):
+        derive_spec(rows, tp_peer=1.5)
+
+
 def test_interleaved_and_sequential_evaluation_agree_on_a_deterministic_env():
     make = lambda control: SimEnv(window_s=0.05, control=control)  # noqa: E731
     kw = dict(total_steps=6 * len(DEFAULT_PHASES), switch_every=6, seed=2)
