@@ -275,6 +275,45 @@ def test_batch_connections_get_their_own_loop():
         assert s.terminate() == 0, s.text()
 
 
+def thread_niceness(pid: int) -> dict:
+    """{thread name: the niceness values of the process's threads of that name} (/proc)."""
+    out: dict = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                text = fh.read()
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+        name = text[text.index("(") + 1:text.rindex(")")]
+        fields = text[text.rindex(")") + 2:].split()
+        out.setdefault(name, set()).add(int(fields[16]))  # field 19 of stat: nice
+    return out
+
+
+@pytest.mark.parametrize("args, added", [((), 19), (("--batch-nice", "0"), 0), (("--batch-nice", "5"), 5)])
+def test_batch_workers_run_at_the_batch_niceness(args, added):
+    """The batch workers add --batch-nice (default 19) to the server's niceness; the
+    network loop and the interactive workers keep the server's own."""
+    s = Served("--engine", "memory", *args)
+    try:
+        r = s.client()
+        assert r.set("blob", os.urandom(800 * 1024)) is True  # run by a batch worker
+        base = os.getpriority(os.PRIO_PROCESS, s.pid)
+        want = min(19, base + added)
+        deadline = time.monotonic() + 30
+        while True:  # every worker sets its niceness as it starts
+            nice = thread_niceness(s.pid)
+            if nice.get("nvmw-batch") == {want} or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert nice.get("nvmw-batch") == {want}, nice
+        assert nice["nvmw-io0"] == {base}
+        assert nice["nvmw-inter"] == {base}
+        r.close()
+    finally:
+        assert s.terminate() == 0, s.text()
+
+
 def test_auth():
     s = Served("--engine", "memory", "--password", "s3cret")
     try:

@@ -48,6 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "interactive connections never wait behind a large receive (default: the server's)")
     p.add_argument("--batch-io-idle", action=argparse.BooleanOptionalAction, default=None,
                    help="run the batch network threads under SCHED_IDLE (default: the server's)")
+    p.add_argument("--batch-nice", type=int_in(0, 19), default=19,
+                   help="niceness the batch workers add to the server's own (default %(default)s: when the "
+                   "cores are short the interactive loop and its clients run first; beside other "
+                   "normal-priority work batch writes can nearly stop; 0 keeps the server's priority)")
     p.add_argument("--log-windows", action="store_true",
                    help="print one line per monitor window (threads, ops/s, interactive p99, queues, SLA)")
     p.set_defaults(func=run)
@@ -73,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
                       pool_size=args.pool_mb * _MIB, max_clients=args.max_clients,
                       max_bulk_bytes=args.max_bulk_bytes, io_threads=args.io_threads,
                       batch_io_threads=args.batch_io_threads, batch_io_idle=args.batch_io_idle,
+                      batch_nice=args.batch_nice,
                       on_window=_print_window if args.log_windows else None)
 
         def started(s: Service) -> None:

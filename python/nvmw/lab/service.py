@@ -98,6 +98,13 @@ class Service:
     max_clients ... io_threads: the server's limits (None: its defaults).
     batch_io_threads, batch_io_idle: the server's loops for batch connections and whether
         they run under SCHED_IDLE (None: the server's defaults; docs/server.md).
+    batch_nice: CPU niceness (0..19) the middleware's batch workers add to the server's
+        own (`nvmw.Middleware`'s `batch_nice`). 19 by default: the interactive requests
+        run on the network loop at the server's priority, and when the cores are short
+        it and its clients run before the batch workers' copies of large values, as they
+        do before the batch loops (SCHED_IDLE); beside other normal-priority work batch
+        writes can nearly stop (docs/server.md, "Batch workers at nice 19"). 0 keeps them
+        at the server's priority.
     on_window: called with one summary row per closed window (from the control thread).
     server_factory: what builds the server, called as `_core.Server` is (default
         `_core.Server`); another RESP front end, or a stand-in in tests, can be put here.
@@ -110,7 +117,7 @@ class Service:
                  max_clients: Optional[int] = None, max_bulk_bytes: Optional[int] = None,
                  max_args: Optional[int] = None, max_output_bytes: Optional[int] = None,
                  io_threads: Optional[int] = None, batch_io_threads: Optional[int] = None,
-                 batch_io_idle: Optional[bool] = None,
+                 batch_io_idle: Optional[bool] = None, batch_nice: int = 19,
                  on_window: Optional[Callable[[dict], None]] = None,
                  server_factory: Optional[Callable[..., Any]] = None):
         self.device = device or "none"
@@ -127,6 +134,9 @@ class Service:
         self._metrics_port = metrics_port
         self.pool_size = int(pool_size)
         self.max_threads = int(max_threads)
+        self.batch_nice = int(batch_nice)
+        if not 0 <= self.batch_nice <= 19:
+            raise ValueError(f"batch_nice must be in [0, 19], not {batch_nice}")
         self.limits = {k: v for k, v in (("max_clients", max_clients), ("max_bulk_bytes", max_bulk_bytes),
                                          ("max_args", max_args), ("max_output_bytes", max_output_bytes),
                                          ("io_threads", io_threads), ("batch_io_threads", batch_io_threads),
@@ -158,7 +168,8 @@ class Service:
         self.mw = Middleware(self.path, engine=self.engine_name, interactive_threads=start[0],
                              batch_threads=start[1], max_threads=self.max_threads, window_s=self.window_s,
                              control=self.control, pool_size=self.pool_size,
-                             device=None if self.device == "none" else self.device)
+                             device=None if self.device == "none" else self.device,
+                             batch_nice=self.batch_nice)
         try:
             self.loop = ControlLoop(_MiddlewarePlant(self.mw, max(1.0, 5 * self.window_s)), self.sla,
                                     max_threads=self.max_threads, control=self.control)
