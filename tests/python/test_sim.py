@@ -165,18 +165,20 @@ def test_sim_commands(small_sweep, tmp_path, capsys):
     assert main(["sim", "check", str(tmp_path / "missing.json")]) == 1
 
 
+def _sweep_rows(configs, windows: int = 10) -> list[dict]:
+    """Sweep rows of (phase, interactive threads, p99(k), throughput(k)) configurations, one
+    batch thread each, for windows k = 0 .. windows - 1."""
+    return [{"phase": ph, "interactive_threads": i, "batch_threads": 1, "p99_us": lat(k), "throughput": tp(k)}
+            for k in range(windows) for ph, i, lat, tp in configs]
+
+
 def test_attain_rule_hand_computed():
     # Phase 1: config A's window p99s are 100..190 (q0.9 = 181), B's 50..950 (q0.9 = 860);
     # throughputs 1000..1900 for both (q0.1 = 1090). Phase 2: one config at 200..290 (q0.9 =
     # 281), throughput 2000..2900 (q0.1 = 2090). lat_goal = max(181, 281), tp_goal = min(1090, 2090).
-    rows = []
-    for k in range(10):
-        rows.append({"phase": 1, "interactive_threads": 1, "batch_threads": 1, "p99_us": 100 + 10 * k,
-                     "throughput": 1000 + 100 * k})
-        rows.append({"phase": 1, "interactive_threads": 2, "batch_threads": 1, "p99_us": 50 + 100 * k,
-                     "throughput": 1000 + 100 * k})
-        rows.append({"phase": 2, "interactive_threads": 1, "batch_threads": 1, "p99_us": 200 + 10 * k,
-                     "throughput": 2000 + 100 * k})
+    rows = _sweep_rows([(1, 1, lambda k: 100 + 10 * k, lambda k: 1000 + 100 * k),
+                        (1, 2, lambda k: 50 + 100 * k, lambda k: 1000 + 100 * k),
+                        (2, 1, lambda k: 200 + 10 * k, lambda k: 2000 + 100 * k)])
     spec, rep = derive_spec(rows, rule="attain", attain=0.9)
     assert spec.lat_goal == pytest.approx(281.0) and spec.tp_goal == pytest.approx(1090.0)
     assert rep["promise_per_phase"]["1"]["config"] == "I1B1"
@@ -191,14 +193,9 @@ def test_attain_rule_pools_throughput_windows_of_configurations_delivering_the_s
     # own q0.1 = 1009); B delivers the same median with a wider spread (595..1495 by 100);
     # C falls behind (median 504.5) and is not pooled. Pooled A and B: 20 windows, q0.1 at
     # index 1.9 of the sorted values 595, 695, 795, ... = 695 + 0.9 * 100 = 785.
-    rows = []
-    for k in range(10):
-        rows.append({"phase": 1, "interactive_threads": 1, "batch_threads": 1, "p99_us": 100 + 10 * k,
-                     "throughput": 1000 + 10 * k})
-        rows.append({"phase": 1, "interactive_threads": 2, "batch_threads": 1, "p99_us": 500 + 10 * k,
-                     "throughput": 595 + 100 * k})
-        rows.append({"phase": 1, "interactive_threads": 4, "batch_threads": 1, "p99_us": 900 + 10 * k,
-                     "throughput": 500 + k})
+    rows = _sweep_rows([(1, 1, lambda k: 100 + 10 * k, lambda k: 1000 + 10 * k),
+                        (1, 2, lambda k: 500 + 10 * k, lambda k: 595 + 100 * k),
+                        (1, 4, lambda k: 900 + 10 * k, lambda k: 500 + k)])
     spec, rep = derive_spec(rows, rule="attain", attain=0.9)
     promise = rep["promise_per_phase"]["1"]
     assert promise["config"] == "I1B1" and promise["throughput_peer_configs"] == 2
