@@ -23,7 +23,7 @@
 # an interrupted run resumes; --force redoes every step. The agent and its tuned
 # parameters are then copied to OUT_DIR.
 # Knobs (environment): NVMW_COLLECT_EPISODES (150), NVMW_TRAIN_EPISODES (700; quick 20),
-# NVMW_FQI_ITERATIONS (2; quick 10), NVMW_TUNE_CV (5), NVMW_TUNE_GRID (thesis; quick: the
+# NVMW_FQI_ITERATIONS (2; quick 10), NVMW_REWARD_TRANSFORM (symlog; none: the raw reward, as the thesis), NVMW_EPSILON_MIN (0.1), NVMW_TUNE_CV (5), NVMW_TUNE_GRID (thesis; quick: the
 # 16-point grid), NVMW_TUNE_MAX_SAMPLES (2000),
 # NVMW_TRAIN_SLA (calibrated-optane-1dimm), NVMW_TRAIN_SIM_PARAMS (the shipped fit for
 # optane-1dimm), NVMW_TRAIN_WORKERS (2; quick 1), NVMW_TRAIN_BACKEND (local), NVMW_RAY_ADDRESS,
@@ -56,6 +56,7 @@ case "$scale" in
     curve=${NVMW_TRAIN_CURVE:-$work/learning-curve.png} ;;
   *) echo "train-agent.sh: --scale must be thesis or quick, not $scale" >&2; exit 2 ;;
 esac
+reward_transform=${NVMW_REWARD_TRANSFORM:-symlog} epsilon_min=${NVMW_EPSILON_MIN:-0.1}
 mkdir -p "$out" "$work"
 if (( force )); then rm -f "$work/transitions.npz" "$work/$name.tuned.json" "$work/$name.joblib" "$work/timing.json"; fi
 common=(--env sim --window "$window" --device optane-1dimm --sla "${NVMW_TRAIN_SLA:-calibrated-optane-1dimm}")
@@ -86,7 +87,7 @@ fi
 if [[ ! -s "$work/$name.tuned.json" ]]; then
   step "tune"
   timed tune python3 -m nvmw tune "$work/transitions.npz" "${tune_grid[@]}" --cv "${NVMW_TUNE_CV:-5}" --n-jobs 2 \
-    --seed 0 --out "$work/$name.tuned.tmp.json"
+    --reward-transform "$reward_transform" --seed 0 --out "$work/$name.tuned.tmp.json"
   mv "$work/$name.tuned.tmp.json" "$work/$name.tuned.json"
 else step "tune: $work/$name.tuned.json exists, skipped"; fi
 
@@ -94,7 +95,8 @@ if [[ ! -s "$work/$name.joblib" ]]; then
   step "train"
   timed train python3 -m nvmw train "${common[@]}" "${backend[@]}" --update "$update" \
     --transitions "$work/transitions.npz" --tuned "$work/$name.tuned.json" \
-    --episodes "$train_eps" --fqi-iterations "$fqi" --seed 0 \
+    --episodes "$train_eps" --fqi-iterations "$fqi" --reward-transform "$reward_transform" \
+    --epsilon-min "$epsilon_min" --seed 0 \
     --out "$work/$name.tmp.joblib" --curve "$curve"
   mv "$work/$name.tmp.joblib" "$work/$name.joblib"
 else step "train: $work/$name.joblib exists, skipped"; fi

@@ -184,3 +184,58 @@ def test_per_action_model_params():
     np.testing.assert_allclose(ag.q_values(X[0]), [m.predict(np.log1p(X[:1]))[0] for m in ag.models_])
     with pytest.raises(ValueError, match="9 dicts"):
         QLearningAgent(model_params=params[:3]).pretrain(X, A, R)
+
+
+def test_learning_reward_symlog():
+    from nvmw.rl.agent import learning_reward
+
+    r = np.array([0.0, np.e - 1.0, -(np.e ** 2 - 1.0), 40.0])
+    np.testing.assert_allclose(learning_reward(r, 1.0, "symlog"), [0.0, 1.0, -2.0, np.log(41.0)])
+    np.testing.assert_allclose(learning_reward(r, 2.0, "none"), r / 2.0)
+    with pytest.raises(ValueError, match="reward_transform"):
+        learning_reward(r, 1.0, "log")
+    with pytest.raises(ValueError, match="reward_transform"):
+        QLearningAgent(reward_transform="log").pretrain(*sample_data(50))
+
+
+def test_symlog_ranks_actions_by_their_typical_window():
+    # Action 4 meets the goals (+40) in 49 windows of 50 and is far off them (-60,000) in
+    # one; every other action misses a little (-10) every time. Raw rewards average to
+    # -1,160 for action 4, so a squared-error fit ranks it last; symlog ranks it first.
+    rng = np.random.default_rng(1)
+    n = 9000
+    X = rng.uniform(1, 10, size=(n, 8))
+    A = rng.integers(0, 9, size=n)
+    R = np.full(n, -10.0)
+    four = np.flatnonzero(A == 4)
+    R[four] = 40.0
+    R[four[::50]] = -60000.0
+    params = {"degree": 1, "max_iter": 2000, "alpha": 0.0001}
+    raw = QLearningAgent(model_params=params, random_state=0).pretrain(X, A, R)
+    sym = QLearningAgent(model_params=params, reward_transform="symlog", random_state=0).pretrain(X, A, R)
+    assert int(np.argmin(raw._predict_all(X).mean(axis=0))) == 4
+    assert int(np.argmax(sym._predict_all(X).mean(axis=0))) == 4
+    # The symlog agent's values are on the transformed scale: about -log(11) for the rest.
+    assert np.median(np.delete(sym._predict_all(X).mean(axis=0), 4)) == pytest.approx(-np.log(11.0), abs=0.3)
+
+
+def test_symlog_update_target():
+    X, A, R = sample_data(200)
+    ag = QLearningAgent(gamma=0.5, learning_rate=0.7, reward_transform="symlog", random_state=0).pretrain(X, A, R)
+    s, s2 = X[0], X[1]
+    q_s, q_next = ag.q_values(s)[2], ag.q_values(s2).max()
+    target = ag.update(s, 2, 100.0, s2, terminated=False)
+    assert target == pytest.approx(q_s + 0.7 * (np.log(101.0) + 0.5 * q_next - q_s))
+    q_before = ag._predict_all(X[:3])[:, 2]
+    batch = ag.update_batch(X[:3], [2, 2, 2], [-100.0] * 3, X[1:4], [True] * 3)
+    np.testing.assert_allclose(batch, q_before + 0.7 * (-np.log(101.0) - q_before))
+
+
+def test_agents_saved_before_reward_transform_load_as_raw(tmp_path):
+    X, A, R = sample_data(200)
+    ag = QLearningAgent(random_state=0).pretrain(X, A, R)
+    del ag.__dict__["reward_transform"]  # as pickled by a version without the parameter
+    ag.save(tmp_path / "old.joblib")
+    back = QLearningAgent.load(tmp_path / "old.joblib")
+    assert back.reward_transform == "none" and back.get_params()["reward_transform"] == "none"
+    np.testing.assert_array_equal(back.q_values(X[0]), ag.q_values(X[0]))

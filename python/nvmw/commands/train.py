@@ -13,6 +13,7 @@ import time
 from nvmw.commands._args import (add_backend_args, add_env_args, check_output_file, env_from_args, fraction,
                                  nonneg_int, positive_int, runner_from_args)
 from nvmw.lab.runs import run_header
+from nvmw.rl.agent import REWARD_TRANSFORMS
 from nvmw.lab.training import UPDATE_MODES, plot_curve, pretrained_agent, resumed_agent, train_per_phase
 from nvmw.rl.pretrain import collect_transitions, load_transitions
 from nvmw.workloads.phases import DEFAULT_PHASES
@@ -41,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--epsilon-decay", type=fraction, default=0.1)
     p.add_argument("--epsilon-decay-mode", choices=["multiplicative", "linear"], default="multiplicative")
     p.add_argument("--epsilon-min", type=fraction, default=0.0)
+    p.add_argument("--reward-transform", choices=REWARD_TRANSFORMS, default="symlog",
+                   help="what the Q models learn from: symlog = sign(r) log(1 + |r|) (default), none = the raw "
+                        "reward (the thesis); docs/rl.md compares them")
     p.add_argument("--fqi-iterations", type=nonneg_int, default=0,
                    help="fitted-Q refits of the bootstrap (0 = thesis: reward regression only)")
     p.add_argument("--update", choices=UPDATE_MODES, default="step",
@@ -77,7 +81,8 @@ def run(args) -> int:
                                            seed=args.seed, progress=True, runner=runner)
             agent = pretrained_agent(data, tuned_path=args.tuned, fqi_iterations=args.fqi_iterations,
                                      seed=args.seed, gamma=args.gamma, learning_rate=args.learning_rate,
-                                     learning_rate_mode=args.learning_rate_mode, **schedule)
+                                     learning_rate_mode=args.learning_rate_mode,
+                                     reward_transform=args.reward_transform, **schedule)
         history, timings = train_per_phase(agent, env, episodes=args.episodes, phases=args.phases,
                                            rounds=args.rounds, epsilon=args.epsilon, epsilon_min=args.epsilon_min,
                                            seed=args.seed, progress=True, runner=runner, update=args.update,

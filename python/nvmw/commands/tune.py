@@ -7,6 +7,7 @@ import argparse
 import json
 
 from nvmw.commands._args import int_in, nonneg_int
+from nvmw.rl.agent import REWARD_TRANSFORMS
 from nvmw.rl.pretrain import GRIDS, load_transitions, tune_models
 
 
@@ -26,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ray-address", default=None, help="connect to this Ray cluster instead of starting one")
     p.add_argument("--max-samples", type=int_in(10), default=None,
                    help="at most this many transitions per action (a seeded subset; default: all)")
+    p.add_argument("--reward-transform", choices=REWARD_TRANSFORMS, default="symlog",
+                   help="the target the models are tuned on, as the agent will learn it (default %(default)s; "
+                        "none: the raw reward, as the thesis)")
     p.add_argument("--seed", type=nonneg_int, default=0)
     p.set_defaults(func=run)
 
@@ -34,8 +38,9 @@ def run(args) -> int:
     data = load_transitions(args.transitions)
     res = tune_models(data, grid=GRIDS[args.grid], cv=args.cv, n_jobs=args.n_jobs,
                       backend=args.backend, ray_address=args.ray_address, seed=args.seed, progress=True,
-                      max_samples=args.max_samples)
+                      max_samples=args.max_samples, reward_transform=args.reward_transform)
     res["transitions"] = args.transitions
+    res["reward_transform"] = args.reward_transform
     with open(args.out, "w", encoding="utf-8") as fh:
         json.dump(res, fh, indent=2)
     print(json.dumps({"out": args.out, "backend": res["backend"], "wall_s": round(res["wall_s"], 1),

@@ -25,6 +25,7 @@ from nvmw.control.loop import drive
 #: Thesis Table 3.3 actions and Table 3.2 state features, as the core defines them.
 N_ACTIONS = int(_core.N_ACTIONS)
 N_FEATURES = len(_core.STATE_NAMES)
+REWARD_TRANSFORMS = ("none", "symlog")
 
 # Table D.2's common choice: degree 2, invscaling, squared loss, elasticnet, alpha 0.01.
 DEFAULT_MODEL_PARAMS: dict[str, Any] = {
@@ -72,6 +73,17 @@ def transform_features(X: np.ndarray, how: str) -> np.ndarray:
     raise ValueError(f"feature_transform must be 'log1p' or 'none', got {how!r}")
 
 
+def learning_reward(r: np.ndarray, scale: float = 1.0, transform: str = "none") -> np.ndarray:
+    """What the Q models learn from: the reward divided by `scale`, then 'none' (as is) or
+    'symlog' (sign(r) log(1 + |r|)); see QLearningAgent's reward_transform."""
+    r = np.asarray(r, dtype=np.float64) / scale
+    if transform == "symlog":
+        return np.sign(r) * np.log1p(np.abs(r))
+    if transform == "none":
+        return r
+    raise ValueError(f"reward_transform must be one of {REWARD_TRANSFORMS}, got {transform!r}")
+
+
 #: Step budget of one training episode: the env's own truncation ends it first.
 _UNTIL_EPISODE_ENDS = 1 << 62
 
@@ -114,18 +126,27 @@ class QLearningAgent:
     feature_transform : 'log1p' (default) or 'none', applied before the scaler.
     reward_scale : rewards are divided by this before learning (ranking of actions is
         unchanged; keeps SGD targets in a sane range for huber/epsilon losses).
+    reward_transform : 'none' or 'symlog': the models learn from sign(r) log(1 + |r|) instead
+        of r. Algorithm 1's rewards span five orders of magnitude (+40 for a window that
+        meets both goals, -60,000 for one far off them), so a squared-error fit of raw
+        rewards spends itself on the worst windows and ranks the actions of ordinary
+        states by noise; symlog keeps every window's sign and order. Default 'none' (the
+        thesis); the shipped agents say which they used.
     bootstrap_on_truncation : a time-limit truncation is not a terminal state, so the target
         keeps the gamma max Q term (Algorithm 2 treats 'done' as terminal; set False for that).
     random_state : seed for exploration and the SGD models.
     """
+
+    #: For agents saved before the parameter existed.
+    reward_transform = "none"
 
     def __init__(self, n_actions: int = N_ACTIONS, gamma: float = 0.95, learning_rate: float = 0.7,
                  learning_rate_mode: str = "q_step", epsilon: float = 0.9, epsilon_decay: float = 0.1,
                  epsilon_decay_mode: str = "multiplicative", epsilon_min: float = 0.0,
                  model_params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
                  scaler_mode: str = "fixed", feature_transform: str = "log1p",
-                 reward_scale: float = 1.0, bootstrap_on_truncation: bool = True,
-                 random_state: int | None = None):
+                 reward_scale: float = 1.0, reward_transform: str = "none",
+                 bootstrap_on_truncation: bool = True, random_state: int | None = None):
         self.n_actions = n_actions
         self.gamma = gamma
         self.learning_rate = learning_rate
@@ -138,6 +159,7 @@ class QLearningAgent:
         self.scaler_mode = scaler_mode
         self.feature_transform = feature_transform
         self.reward_scale = reward_scale
+        self.reward_transform = reward_transform
         self.bootstrap_on_truncation = bootstrap_on_truncation
         self.random_state = random_state
 
@@ -159,6 +181,8 @@ class QLearningAgent:
             raise ValueError("reward_scale must be positive")
         if self.n_actions < 1:
             raise ValueError("n_actions must be >= 1")
+        if self.reward_transform not in REWARD_TRANSFORMS:
+            raise ValueError(f"reward_transform must be one of {REWARD_TRANSFORMS}, got {self.reward_transform!r}")
 
     def _action_params(self, a: int) -> dict[str, Any]:
         mp = self.model_params
@@ -183,6 +207,9 @@ class QLearningAgent:
         self.n_episodes_ = 0
         self.n_updates_ = 0
 
+    def _learning_reward(self, r: np.ndarray) -> np.ndarray:
+        return learning_reward(r, self.reward_scale, self.reward_transform)
+
     def pretrain(self, states: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
                  next_states: np.ndarray | None = None, dones: np.ndarray | None = None,
                  fqi_iterations: int = 0) -> "QLearningAgent":
@@ -194,7 +221,7 @@ class QLearningAgent:
         next_states). An action with no samples is fitted on all transitions."""
         X = np.asarray(states, dtype=np.float64)
         A = np.asarray(actions, dtype=np.int64).ravel()
-        R = np.asarray(rewards, dtype=np.float64).ravel() / self.reward_scale
+        R = np.asarray(rewards, dtype=np.float64).ravel()
         if X.ndim != 2 or X.shape[0] == 0:
             raise ValueError(f"states must be a non-empty 2-D array, got shape {X.shape}")
         if not (len(A) == len(R) == len(X)):
@@ -204,6 +231,7 @@ class QLearningAgent:
         if not np.all(np.isfinite(X)) or not np.all(np.isfinite(R)):
             raise ValueError("states and rewards must be finite")
         self._setup()
+        R = self._learning_reward(R)
         self.n_features_in_ = X.shape[1]
         F = transform_features(X, self.feature_transform)
         for m in self.models_:
@@ -287,7 +315,7 @@ class QLearningAgent:
                terminated: bool, truncated: bool = False) -> float:
         """One Q-learning update of M_action (lines 19-28). Returns the target used."""
         self._check_fitted()
-        r = float(reward) / self.reward_scale
+        r = float(self._learning_reward(np.array([float(reward)]))[0])
         done = terminated or (truncated and not self.bootstrap_on_truncation)
         target = r if done else r + self.gamma * float(np.max(self.q_values(next_obs)))
         if self.learning_rate_mode == "q_step":
@@ -316,7 +344,7 @@ class QLearningAgent:
         X = np.asarray(obs, dtype=np.float64).reshape(-1, self.n_features_in_)
         Xn = np.asarray(next_obs, dtype=np.float64).reshape(-1, self.n_features_in_)
         A = np.asarray(actions, dtype=np.int64).ravel()
-        R = np.asarray(rewards, dtype=np.float64).ravel() / self.reward_scale
+        R = self._learning_reward(np.asarray(rewards, dtype=np.float64).ravel())
         term = np.asarray(terminated, bool).ravel()
         trunc = np.zeros_like(term) if truncated is None else np.asarray(truncated, bool).ravel()
         if not (len(X) == len(Xn) == len(A) == len(R) == len(term) == len(trunc)):
@@ -406,7 +434,7 @@ class QLearningAgent:
         return {k: copy.deepcopy(getattr(self, k)) for k in (
             "n_actions", "gamma", "learning_rate", "learning_rate_mode", "epsilon", "epsilon_decay",
             "epsilon_decay_mode", "epsilon_min", "model_params", "scaler_mode", "feature_transform",
-            "reward_scale", "bootstrap_on_truncation", "random_state")}
+            "reward_scale", "reward_transform", "bootstrap_on_truncation", "random_state")}
 
     def save(self, path: str | os.PathLike, metadata: Mapping[str, Any] | None = None) -> None:
         """Write the whole agent (parameters, models, RNG state, metadata) to one joblib file."""

@@ -17,7 +17,7 @@ from sklearn.model_selection import GridSearchCV, KFold, train_test_split
 from tqdm.auto import tqdm
 
 from nvmw.errors import Interrupted
-from nvmw.rl.agent import N_ACTIONS, N_FEATURES, make_pipeline, transform_features
+from nvmw.rl.agent import N_ACTIONS, N_FEATURES, learning_reward, make_pipeline, transform_features
 from nvmw.rl.episodes import EPISODE_KEYS, EpisodeRunner, episode_arrays, episode_seed
 from nvmw.workloads.phases import DEFAULT_PHASES
 
@@ -171,7 +171,7 @@ def _ray_backend(address: str | None):
 
 def tune_models(data: Mapping[str, np.ndarray], *, grid: Mapping[str, list] | None = None, cv: int = 5,
                 n_jobs: int = 2, backend: str = "loky", ray_address: str | None = None,
-                feature_transform: str = "log1p", reward_scale: float = 1.0, test_size: float = 0.2,
+                feature_transform: str = "log1p", reward_scale: float = 1.0, reward_transform: str = "none", test_size: float = 0.2,
                 seed: int = 0, progress: bool = False, max_samples: int | None = None) -> dict[str, Any]:
     """Per-action model selection: for each action, hold out `test_size` of its transitions,
     GridSearchCV (cv folds, neg. MSE) over the grid on the rest, report the held-out R^2.
@@ -187,7 +187,8 @@ def tune_models(data: Mapping[str, np.ndarray], *, grid: Mapping[str, list] | No
         raise ValueError("backend must be 'loky' or 'ray'")
     X_all = transform_features(data["states"], feature_transform)
     A = np.asarray(data["actions"]).ravel()
-    y_all = np.asarray(data["rewards"], np.float64).ravel() / reward_scale
+    # The target the agent's models will learn (QLearningAgent reward_scale/reward_transform).
+    y_all = learning_reward(np.asarray(data["rewards"], np.float64).ravel(), reward_scale, reward_transform)
     out: dict[str, Any] = {"model_params": [], "cv_score": [], "test_r2": [], "n_samples": [], "grid": grid,
                            "backend": backend, "cv": cv, "max_samples": max_samples}
     t0 = time.monotonic()
