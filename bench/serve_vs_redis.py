@@ -21,9 +21,12 @@ nvmw serves a pmem pool on /dev/shm (PMEM_IS_PMEM_FORCE=1: cache-line flushes, e
 acknowledged SET durable in the pool) with the server's defaults; Redis runs with
 persistence off (`--save "" --appendonly no`), its fastest configuration. nvmw's classes
 come from the size rule (no client here sends NVMW.CLASS): 128 B SETs are interactive,
-800 KB SETs batch. Progress (each round's ratios) goes to stderr.
+800 KB SETs batch. Progress (each round's ratios) goes to stderr. `--only` runs a part of
+the measurements (the goals of the others are left out of the report); `--batch-nice`
+and `--serve-arg` change nvmw's configuration.
 
     python bench/serve_vs_redis.py --rounds 7 --out bench/results-serve.json
+    python bench/serve_vs_redis.py --only b --rounds 5 --batch-nice 10
 """
 from __future__ import annotations
 
@@ -206,21 +209,26 @@ def colocation(port: int, args) -> dict:
 
 def round_ratios(a: dict, b: dict, c: dict) -> dict:
     """The figures the goals compare, for one round (nvmw against Redis measured back to
-    back in that round, and each server's co-located run against its own alone run)."""
-    n_a, r_a, n_b, r_b = a["nvmw"], a["redis"], b["nvmw"], b["redis"]
+    back in that round, and each server's co-located run against its own alone run); a
+    measurement not run (empty) gives no ratios."""
     out = {}
-    for t in ("set", "get"):
-        out[f"a_{t}_ops_nvmw_over_redis"] = n_a[t]["ops_per_s"] / r_a[t]["ops_per_s"]
-        out[f"a_{t}_p99_nvmw_over_redis"] = n_a[t]["p99_ms"] / r_a[t]["p99_ms"] if r_a[t]["p99_ms"] else None
-        out[f"a_{t}_server_cpu_nvmw_over_redis"] = (n_a[t]["server_cpu_us_per_op"] / r_a[t]["server_cpu_us_per_op"]
-                                                    if r_a[t]["server_cpu_us_per_op"] else None)
-    for n, x in (("nvmw", n_b), ("redis", r_b)):
-        ia, it = x["interactive_alone"], x["interactive_colocated"]
-        out[f"b_{n}_p99_colocated_over_alone"] = it["p99_ms"] / ia["p99_ms"] if ia["p99_ms"] else None
-        out[f"b_{n}_ops_colocated_over_alone"] = it["ops_per_s"] / ia["ops_per_s"]
-    out["b_batch_nvmw_over_redis"] = (n_b["batch"]["ops_per_s"] / r_b["batch"]["ops_per_s"]
-                                      if r_b["batch"]["ops_per_s"] else None)
-    out["c_get_800KB_nvmw_over_redis"] = c["nvmw"]["ops_per_s"] / c["redis"]["ops_per_s"]
+    if a:
+        n_a, r_a = a["nvmw"], a["redis"]
+        for t in ("set", "get"):
+            out[f"a_{t}_ops_nvmw_over_redis"] = n_a[t]["ops_per_s"] / r_a[t]["ops_per_s"]
+            out[f"a_{t}_p99_nvmw_over_redis"] = n_a[t]["p99_ms"] / r_a[t]["p99_ms"] if r_a[t]["p99_ms"] else None
+            out[f"a_{t}_server_cpu_nvmw_over_redis"] = (n_a[t]["server_cpu_us_per_op"] / r_a[t]["server_cpu_us_per_op"]
+                                                        if r_a[t]["server_cpu_us_per_op"] else None)
+    if b:
+        n_b, r_b = b["nvmw"], b["redis"]
+        for n, x in (("nvmw", n_b), ("redis", r_b)):
+            ia, it = x["interactive_alone"], x["interactive_colocated"]
+            out[f"b_{n}_p99_colocated_over_alone"] = it["p99_ms"] / ia["p99_ms"] if ia["p99_ms"] else None
+            out[f"b_{n}_ops_colocated_over_alone"] = it["ops_per_s"] / ia["ops_per_s"]
+        out["b_batch_nvmw_over_redis"] = (n_b["batch"]["ops_per_s"] / r_b["batch"]["ops_per_s"]
+                                          if r_b["batch"]["ops_per_s"] else None)
+    if c:
+        out["c_get_800KB_nvmw_over_redis"] = c["nvmw"]["ops_per_s"] / c["redis"]["ops_per_s"]
     return {k: (round(v, 3) if v is not None else None) for k, v in out.items()}
 
 
@@ -243,26 +251,30 @@ def measure(servers: dict, pids: dict, args) -> dict:
     # batch load of (b) overwrites them with values of the same size).
     for n in names:
         fill_big_keys(servers[n], args.big_keys)
+    parts = set(args.only or "abc")
     for rnd in range(args.rounds):
         order = names if rnd % 2 == 0 else names[::-1]
         load0 = os.getloadavg()[0]
-        a = {n: {} for n in names}
+        a, b, c = {}, {}, {}
         # (a) 128 B SET, then GET, 50 clients; one redis-benchmark per test and server,
         # so that each test's CPU time per request is its own.
-        small = ("-c", "50", "-d", "128", "-r", "100000")
-        for t in ("set", "get"):
-            for n in order:
-                a[n][t] = run_with_cpu(servers[n], pids[n], t, args.small_n, *small)
+        if "a" in parts:
+            a = {n: {} for n in names}
+            small = ("-c", "50", "-d", "128", "-r", "100000")
+            for t in ("set", "get"):
+                for n in order:
+                    a[n][t] = run_with_cpu(servers[n], pids[n], t, args.small_n, *small)
         # (b) co-location, (c) 800 KB GETs.
-        b = {n: colocation(servers[n], args) for n in order}
-        c = {}
-        for n in order:
-            c[n] = run(servers[n], "-t", "get", "-n", str(args.big_get_n), "-c", "20",
-                       "-r", str(args.big_keys))["GET"]
+        if "b" in parts:
+            b = {n: colocation(servers[n], args) for n in order}
+        if "c" in parts:
+            for n in order:
+                c[n] = run(servers[n], "-t", "get", "-n", str(args.big_get_n), "-c", "20",
+                           "-r", str(args.big_keys))["GET"]
         for n in names:
-            out[n]["a"].append(a[n])
-            out[n]["b"].append(b[n])
-            out[n]["c"].append(c[n])
+            for part, got in (("a", a), ("b", b), ("c", c)):
+                if got:
+                    out[n][part].append(got[n])
         ratios.append(round_ratios(a, b, c))
         loads.append({"round": rnd, "order": order, "load_avg_1m_start": round(load0, 2),
                       "load_avg_1m_end": round(os.getloadavg()[0], 2)})
@@ -270,17 +282,21 @@ def measure(servers: dict, pids: dict, args) -> dict:
               + json.dumps(ratios[-1]), file=sys.stderr, flush=True)
     summary = {}
     for n in names:
-        a = median_round(out[n]["a"], lambda x: x["set"]["ops_per_s"] + x["get"]["ops_per_s"])
-        b = median_round(out[n]["b"], lambda x: x["interactive_colocated"]["p99_ms"])
-        c = median_round(out[n]["c"], lambda x: x["ops_per_s"])
-        ia, it = b["interactive_alone"], b["interactive_colocated"]
-        summary[n] = {
-            "a_set_128B": a["set"], "a_get_128B": a["get"],
-            "b_interactive_alone": ia, "b_interactive_colocated": it, "b_batch_set_800KB": b["batch"],
-            "b_p99_colocated_over_alone": round(it["p99_ms"] / ia["p99_ms"], 3) if ia["p99_ms"] else None,
-            "b_ops_colocated_over_alone": round(it["ops_per_s"] / ia["ops_per_s"], 3),
-            "c_get_800KB": dict(c, mb_per_s=round(c["ops_per_s"] * VALUE_BIG / 1e6, 1)),
-        }
+        summary[n] = {}
+        if "a" in parts:
+            a = median_round(out[n]["a"], lambda x: x["set"]["ops_per_s"] + x["get"]["ops_per_s"])
+            summary[n].update({"a_set_128B": a["set"], "a_get_128B": a["get"]})
+        if "b" in parts:
+            b = median_round(out[n]["b"], lambda x: x["interactive_colocated"]["p99_ms"])
+            ia, it = b["interactive_alone"], b["interactive_colocated"]
+            summary[n].update({
+                "b_interactive_alone": ia, "b_interactive_colocated": it, "b_batch_set_800KB": b["batch"],
+                "b_p99_colocated_over_alone": round(it["p99_ms"] / ia["p99_ms"], 3) if ia["p99_ms"] else None,
+                "b_ops_colocated_over_alone": round(it["ops_per_s"] / ia["ops_per_s"], 3),
+            })
+        if "c" in parts:
+            c = median_round(out[n]["c"], lambda x: x["ops_per_s"])
+            summary[n]["c_get_800KB"] = dict(c, mb_per_s=round(c["ops_per_s"] * VALUE_BIG / 1e6, 1))
     per_round = {k: spread([r[k] for r in ratios]) for k in ratios[0]}
     return {"summary": summary, "ratios": per_round, "round_loads": loads, "rounds": out}
 
@@ -303,6 +319,8 @@ def goals(ratios: dict) -> dict:
     }
     out = {}
     for goal, (k, op, bound) in checks.items():
+        if k not in ratios:
+            continue
         worst = ratios[k]["min"] if op == ">=" else ratios[k]["max"]
         out[goal] = holds(ratios[k]["median"], op, bound)
         out[goal + "_every_round"] = holds(worst, op, bound)
@@ -327,6 +345,13 @@ def main() -> int:
     ap.add_argument("--big-get-n", type=int, default=4000, help="(c) 800 KB GETs")
     ap.add_argument("--controller", default="fixed:15,15", help="nvmw serve --controller")
     ap.add_argument("--io-threads", type=int, default=None, help="nvmw serve --io-threads")
+    ap.add_argument("--batch-nice", type=int, default=None,
+                    help="nvmw serve --batch-nice (default: the server's own)")
+    ap.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
+                    help="one more argument for nvmw serve (repeatable), e.g. --serve-arg=--no-batch-io-idle")
+    ap.add_argument("--only", choices=("a", "b", "c"), action="append", default=None,
+                    help="run only these measurements (repeatable; default: all three); the goals of "
+                         "the others are reported as not measured")
     ap.add_argument("--out", default=None, help="also write the JSON here")
     args = ap.parse_args()
     need("redis-benchmark")
@@ -343,6 +368,9 @@ def main() -> int:
                os.path.join(d, "serve.pool"), "--pool-mb", "2048", "--controller", args.controller]
         if args.io_threads:
             cmd += ["--io-threads", str(args.io_threads)]
+        if args.batch_nice is not None:
+            cmd += ["--batch-nice", str(args.batch_nice)]
+        cmd += args.serve_arg
         nvmw_proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             wait_port(rport, redis_proc)
@@ -363,9 +391,12 @@ def main() -> int:
                      "redis_benchmark": version([need("redis-benchmark"), "--version"])},
         "config": {"nvmw": f"nvmw serve --engine pmem (pool on /dev/shm, PMEM_IS_PMEM_FORCE=1) --controller "
                            f"{args.controller}" + (f" --io-threads {args.io_threads}" if args.io_threads else "")
-                           + " (the server's defaults: 1 batch loop under SCHED_IDLE, batch workers at nice 19)",
+                           + (f" --batch-nice {args.batch_nice}" if args.batch_nice is not None else "")
+                           + "".join(f" {a}" for a in args.serve_arg)
+                           + " (otherwise the defaults: 1 batch loop under SCHED_IDLE"
+                           + (", batch workers at nice 19)" if args.batch_nice is None else ")"),
                    "redis": "redis-server --save '' --appendonly no (no persistence)",
-                   "rounds": args.rounds, "small_n": args.small_n, "inter_n": args.inter_n,
+                   "rounds": args.rounds, "parts": sorted(set(args.only or "abc")), "small_n": args.small_n, "inter_n": args.inter_n,
                    "inter_clients": args.inter_clients, "batch_clients": args.batch_clients,
                    "big_keys": args.big_keys, "big_get_n": args.big_get_n, "value_big_bytes": VALUE_BIG},
         "exit_codes": {"nvmw": nvmw_rc, "redis": redis_rc},
