@@ -10,12 +10,14 @@
 #   phase, 5-fold CV over the 72 points of Table D.1 around Table D.2's choices (`nvmw tune
 #   --grid thesis`; NVMW_TUNE_GRID=full for all 1,296, hours) on a seeded subset of
 #   NVMW_TUNE_MAX_SAMPLES transitions per action, then 700 Q-learning episodes per phase,
-#   all at 1 s windows, episodes on two local worker processes (or Ray:
+#   the models learning symlog(reward) and exploring at least 10 % of steps (docs/rl.md,
+#   "The reward the models learn from"), all at 1 s windows, episodes on two local worker processes (or Ray:
 #   NVMW_TRAIN_BACKEND=ray, NVMW_RAY_ADDRESS for a cluster) with one batched update per
 #   episode: about 15 minutes on 2 cores. Writes its learning curves to
 #   docs/rl-learning-curve-thesis.png.
 # --scale quick is the earlier, smaller recipe (qlearning-optane-1dimm-quick): 150 random
-#   episodes per phase, 16-point grid, 20 Q-learning episodes per phase, 0.1 s windows.
+#   episodes per phase, 16-point grid, 20 Q-learning episodes per phase, 0.1 s windows,
+#   raw rewards.
 #   Its agent met both SLAs on far fewer steps (docs/rl.md); kept for comparison.
 # Both write the wall time of every step to $work/timing.json.
 # Each step keeps its output in the work directory ($NVMW_TRAIN_WORK, default
@@ -23,7 +25,7 @@
 # an interrupted run resumes; --force redoes every step. The agent and its tuned
 # parameters are then copied to OUT_DIR.
 # Knobs (environment): NVMW_COLLECT_EPISODES (150), NVMW_TRAIN_EPISODES (700; quick 20),
-# NVMW_FQI_ITERATIONS (2; quick 10), NVMW_REWARD_TRANSFORM (symlog; none: the raw reward, as the thesis), NVMW_EPSILON_MIN (0.1), NVMW_TUNE_CV (5), NVMW_TUNE_GRID (thesis; quick: the
+# NVMW_FQI_ITERATIONS (2; quick 10), NVMW_REWARD_TRANSFORM (symlog; quick none, the raw reward, as the thesis), NVMW_EPSILON_MIN (0.1; quick 0), NVMW_TUNE_CV (5), NVMW_TUNE_GRID (thesis; quick: the
 # 16-point grid), NVMW_TUNE_MAX_SAMPLES (2000),
 # NVMW_TRAIN_SLA (calibrated-optane-1dimm), NVMW_TRAIN_SIM_PARAMS (the shipped fit for
 # optane-1dimm), NVMW_TRAIN_WORKERS (2; quick 1), NVMW_TRAIN_BACKEND (local), NVMW_RAY_ADDRESS,
@@ -48,15 +50,16 @@ case "$scale" in
     name=qlearning-optane-1dimm; work=${NVMW_TRAIN_WORK:-build/train-agent-thesis}
     window=1.0; train_eps=${NVMW_TRAIN_EPISODES:-700}; fqi=${NVMW_FQI_ITERATIONS:-2}
     tune_grid=(--grid "${NVMW_TUNE_GRID:-thesis}" --max-samples "${NVMW_TUNE_MAX_SAMPLES:-2000}"); workers=${NVMW_TRAIN_WORKERS:-2}; update=episode
-    curve=${NVMW_TRAIN_CURVE:-docs/rl-learning-curve-thesis.png} ;;
+    curve=${NVMW_TRAIN_CURVE:-docs/rl-learning-curve-thesis.png}
+    reward_transform=${NVMW_REWARD_TRANSFORM:-symlog} epsilon_min=${NVMW_EPSILON_MIN:-0.1} ;;
   quick)
     name=qlearning-optane-1dimm-quick; work=${NVMW_TRAIN_WORK:-build/train-agent-quick}
     window=0.1; train_eps=${NVMW_TRAIN_EPISODES:-20}; fqi=${NVMW_FQI_ITERATIONS:-10}
     tune_grid=(--quick); workers=${NVMW_TRAIN_WORKERS:-1}; update=step
-    curve=${NVMW_TRAIN_CURVE:-$work/learning-curve.png} ;;
+    curve=${NVMW_TRAIN_CURVE:-$work/learning-curve.png}
+    reward_transform=${NVMW_REWARD_TRANSFORM:-none} epsilon_min=${NVMW_EPSILON_MIN:-0} ;;
   *) echo "train-agent.sh: --scale must be thesis or quick, not $scale" >&2; exit 2 ;;
 esac
-reward_transform=${NVMW_REWARD_TRANSFORM:-symlog} epsilon_min=${NVMW_EPSILON_MIN:-0.1}
 mkdir -p "$out" "$work"
 if (( force )); then rm -f "$work/transitions.npz" "$work/$name.tuned.json" "$work/$name.joblib" "$work/timing.json"; fi
 common=(--env sim --window "$window" --device optane-1dimm --sla "${NVMW_TRAIN_SLA:-calibrated-optane-1dimm}")
