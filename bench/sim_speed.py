@@ -2,7 +2,7 @@
 default phase, before and after, whole process and in process; and what the fast-forward
 costs in fidelity against the exact mode at 1 s windows.
 
-    python3 bench/sim_speed.py [--old-tree DIR --old-core DIR] [--rounds 3] [--out JSON]
+    python3 bench/sim_speed.py [--old-tree DIR --old-core DIR] [--rounds 3] [--controller NAME] [--out JSON]
 
 - **Whole process**: `python -m nvmw sim run --phase N --controller fixed:32,8 --windows 200
   --window 1.0` in a subprocess (interpreter start, imports, trace loading, 201 windows,
@@ -21,8 +21,11 @@ costs in fidelity against the exact mode at 1 s windows.
   median throughput, and the median window-to-window spread (90th minus 10th percentile
   over median) of p99 in each mode.
 
-speedup = 200 simulated seconds / wall seconds. The load average is recorded before and
-after; run it under the measurement lock on a quiet machine.
+speedup = 200 simulated seconds / wall seconds; each phase reports the median over the
+rounds and the slowest and fastest round. `--controller` measures another controller's
+whole process the same way (the in-process and fidelity parts always use fixed:32,8). The
+load average is recorded before and after; run it under the measurement lock on a quiet
+machine.
 """
 from __future__ import annotations
 
@@ -78,8 +81,8 @@ def tree_env(src: str, core: str | None) -> dict:
     return env
 
 
-def whole_process(env: dict, phase: int) -> dict:
-    argv = [sys.executable, "-m", "nvmw", "sim", "run", "--phase", str(phase), "--controller", CONTROLLER,
+def whole_process(env: dict, phase: int, controller: str = CONTROLLER) -> dict:
+    argv = [sys.executable, "-m", "nvmw", "sim", "run", "--phase", str(phase), "--controller", controller,
             "--windows", str(WINDOWS), "--window", str(WINDOW_S)]
     r0 = os.times()
     t = time.perf_counter()
@@ -151,12 +154,13 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--phases", type=int, nargs="+", default=list(PHASES))
     ap.add_argument("--no-fidelity", action="store_true")
+    ap.add_argument("--controller", default=CONTROLLER, help="controller of the whole-process runs (default %(default)s)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     trees = {"new": tree_env(HERE, args.new_core)}
     if args.old_tree:
         trees["old"] = tree_env(args.old_tree, args.old_core)
-    report: dict = {"command": " ".join(["nvmw sim run --phase N --controller", CONTROLLER, "--windows",
+    report: dict = {"command": " ".join(["nvmw sim run --phase N --controller", args.controller, "--windows",
                                          str(WINDOWS), "--window", str(WINDOW_S)]),
                     "simulated_s": WINDOWS * WINDOW_S, "rounds": args.rounds, "loadavg_before": loadavg(),
                     "python": sys.version.split()[0], "cpus": os.cpu_count(), "trees": list(trees)}
@@ -172,17 +176,20 @@ def main() -> int:
     for ph in args.phases:
         runs = {name: [] for name in trees}
         for name, env in trees.items():
-            whole_process(env, ph)  # warms the trace cache (and the page cache) for this phase
+            whole_process(env, ph, args.controller)  # warms the trace cache (and the page cache) for this phase
         for _ in range(args.rounds):
             for name, env in trees.items():
-                runs[name].append(whole_process(env, ph))
+                runs[name].append(whole_process(env, ph, args.controller))
         entry = {}
         for name in trees:
             wall = median_of(runs[name], "wall_s")
             cpu = median_of(runs[name], "cpu_s")
+            speedups = [r["speedup_wall"] for r in runs[name]]
             entry[f"whole_process_{name}"] = {"wall_s": wall, "cpu_s": cpu, "speedup_wall": WINDOWS * WINDOW_S / wall,
-                                              "speedup_cpu": WINDOWS * WINDOW_S / cpu, "runs": runs[name]}
-        cold = whole_process(cold_env, ph)
+                                              "speedup_cpu": WINDOWS * WINDOW_S / cpu,
+                                              "speedup_wall_min": min(speedups), "speedup_wall_max": max(speedups),
+                                              "runs": runs[name]}
+        cold = whole_process(cold_env, ph, args.controller)
         entry["whole_process_new_cold_cache"] = cold
         for name, env in trees.items():
             entry[f"in_process_{name}"] = in_process(env, ph)
@@ -190,7 +197,9 @@ def main() -> int:
             entry["whole_process_ratio_old_over_new_wall"] = (entry["whole_process_old"]["wall_s"]
                                                               / entry["whole_process_new"]["wall_s"])
         phases[str(ph)] = entry
-        print(f"phase {ph}: " + ", ".join(f"{n} {entry[f'whole_process_{n}']['speedup_wall']:.0f}x"
+        print(f"phase {ph}: " + ", ".join(f"{n} {entry[f'whole_process_{n}']['speedup_wall']:.0f}x "
+                                          f"({entry[f'whole_process_{n}']['speedup_wall_min']:.0f}-"
+                                          f"{entry[f'whole_process_{n}']['speedup_wall_max']:.0f}x)"
                                           for n in trees), file=sys.stderr, flush=True)
     report["phases"] = phases
     report["loadavg_after_speed"] = loadavg()

@@ -2,17 +2,23 @@
 `register(subparsers)` adds its own subcommand(s); this file only wires them up."""
 from __future__ import annotations
 
-import argparse
-import importlib
-import pkgutil
 import sys
+from typing import TYPE_CHECKING
 
 from nvmw import commands
 from nvmw.commands import _sim_fast
 from nvmw.errors import NvmwError
 
+if TYPE_CHECKING:
+    import argparse
+
 
 def build_parser() -> argparse.ArgumentParser:
+    # Imported here: a static simulator run (nvmw.commands._sim_fast) needs none of them.
+    import argparse
+    import importlib
+    import pkgutil
+
     parser = argparse.ArgumentParser(
         prog="nvmw",
         description="Workload-aware, SLA-driven concurrency control for persistent key-value storage.",

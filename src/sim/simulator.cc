@@ -95,7 +95,16 @@ struct SimRequest {
   uint32_t bytes = 0;
   double sched_ns = 0;
   double issue_ns = 0;
+  double serve_us = 0;   // CPU of its engine operation before jitter (EntryCost)
+  double dev_work = 0;   // its device work (DeviceModel::WorkBytes)
   uint32_t epoch = 0;
+};
+
+// What one schedule entry costs, fixed by its size and kind: computed once per workload
+// instead of once per request.
+struct EntryCost {
+  double serve_us;  // op_cpu_us + bytes / copy_bytes_per_ns / 1000
+  double dev_work;  // device work units of the access (0 with a passthrough device)
 };
 
 bool Finite(double x) { return std::isfinite(x); }
@@ -181,6 +190,7 @@ struct Simulator::Impl {
   // Workload.
   SimClassWorkload work[2];
   std::vector<uint64_t> cum_bytes[2], cum_writes[2];  // prefix sums over the schedule
+  std::vector<EntryCost> entry_cost[2];                // per schedule entry
   Cursor arrive[2];    // next scheduled request not yet due
   Cursor take[2];      // oldest backlogged request (valid when backlog[c] > 0)
   uint64_t backlog[2] = {0, 0};  // requests due but not yet taken by a client
@@ -377,6 +387,8 @@ struct Simulator::Impl {
     r.write = w.writes[k.idx] != 0;
     r.async = w.async && opt.control;  // no-control runs async requests inline
     r.bytes = w.bytes[k.idx];
+    r.serve_us = entry_cost[c][k.idx].serve_us;
+    r.dev_work = entry_cost[c][k.idx].dev_work;
     r.sched_ns = EntryTime(c, k);
     r.epoch = epoch;
     *id_out = id;
@@ -511,10 +523,14 @@ struct Simulator::Impl {
     }
   }
 
-  void StartServe(uint64_t id) {
-    const SimRequest& r = reqs[id];
-    const double us = opt.params.op_cpu_us + r.bytes / opt.params.copy_bytes_per_ns / 1000.0;
-    CpuAdd(CpuCost(us), (id << 3) | kServe);
+  void StartServe(uint64_t id) { CpuAdd(CpuCost(reqs[id].serve_us), (id << 3) | kServe); }
+
+  EntryCost CostOf(bool write, uint32_t bytes) const {
+    EntryCost e;
+    e.serve_us = opt.params.op_cpu_us + bytes / opt.params.copy_bytes_per_ns / 1000.0;
+    e.dev_work = device.passthrough() ? 0.0
+                                      : device.WorkBytes(write ? DeviceOp::kWrite : DeviceOp::kRead, bytes + 16);
+    return e;
   }
 
   void AfterServe(uint64_t id) {
@@ -523,8 +539,7 @@ struct Simulator::Impl {
       Complete(id);
       return;
     }
-    const DeviceOp op = r.write ? DeviceOp::kWrite : DeviceOp::kRead;
-    dev.Add(now, r.write ? 1 : 0, device.WorkBytes(op, r.bytes + 16), id);
+    dev.Add(now, r.write ? 1 : 0, r.dev_work, id);
   }
 
   void AfterDevice(uint64_t id) {
@@ -851,9 +866,11 @@ Status Simulator::SetWorkload(const SimClassWorkload& interactive, const SimClas
     const size_t n = w.times_us.size();
     m.cum_bytes[c].assign(n + 1, 0);
     m.cum_writes[c].assign(n + 1, 0);
+    m.entry_cost[c].resize(n);
     for (size_t i = 0; i < n; i++) {
       m.cum_bytes[c][i + 1] = m.cum_bytes[c][i] + w.bytes[i];
       m.cum_writes[c][i + 1] = m.cum_writes[c][i] + (w.writes[i] ? 1 : 0);
+      m.entry_cost[c][i] = m.CostOf(w.writes[i] != 0, w.bytes[i]);
     }
     // Start `start_offset_us` into the (looped) schedule.
     m.arrive[c] = Cursor{0, m.now};

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
+import marshal
 import os
 import sys
 from dataclasses import dataclass
@@ -313,8 +313,9 @@ def _sim_class_workload(spec, trace, accel: float) -> dict:
             "clients": int(spec.clients)}
 
 
-#: Bumped when the cached form of phase_workloads changes.
-_WORKLOAD_CACHE_VERSION = 1
+#: Bumped when the cached form of phase_workloads changes. Version 2 stores it with
+#: `marshal` (plain lists, numbers and dicts), read back about ten times faster than JSON.
+_WORKLOAD_CACHE_VERSION = 2
 
 
 def workload_cache_dir() -> Optional[str]:
@@ -338,7 +339,7 @@ def _workload_cache_path(ph: "Phase", seed: int, rate_scale: float) -> Optional[
     except (OSError, AttributeError):
         stamp = "?"
     key = repr((_WORKLOAD_CACHE_VERSION, ph, int(seed), float(rate_scale), stamp))
-    return os.path.join(root, f"phase{ph.number}-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json")
+    return os.path.join(root, f"phase{ph.number}-{hashlib.sha256(key.encode()).hexdigest()[:24]}.marshal")
 
 
 @functools.lru_cache(maxsize=64)
@@ -352,10 +353,10 @@ def phase_workloads(phase: int, seed: int, rate_scale: float = 1.0) -> tuple[dic
     path = _workload_cache_path(ph, seed, rate_scale)
     if path is not None:
         try:
-            with open(path) as fh:
-                wi, wb, offered = json.load(fh)
+            with open(path, "rb") as fh:
+                wi, wb, offered = marshal.load(fh)
             return wi, wb, float(offered)
-        except (OSError, ValueError, TypeError):
+        except (OSError, ValueError, TypeError, EOFError):
             pass
     out = []
     offered = 0.0
@@ -368,10 +369,10 @@ def phase_workloads(phase: int, seed: int, rate_scale: float = 1.0) -> tuple[dic
         try:  # written whole, then renamed: a reader never sees half a file
             os.makedirs(os.path.dirname(path), exist_ok=True)
             tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w") as fh:
-                json.dump([out[0], out[1], offered], fh)
+            with open(tmp, "wb") as fh:
+                marshal.dump([out[0], out[1], offered], fh)
             os.replace(tmp, path)
-        except OSError:
+        except (OSError, ValueError):
             pass
     return out[0], out[1], offered
 

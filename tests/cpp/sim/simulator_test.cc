@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "device/device_test_util.h"
@@ -363,6 +364,41 @@ TEST(SimulatorCallerRunsTest, LightLoadLatencyIsTheServiceTime) {
   EXPECT_NEAR(w.interactive.p50_us, 10.1, 10.1 * 0.01);
   EXPECT_NEAR(w.interactive.p99_us, 10.1, 10.1 * 0.01);
   EXPECT_EQ(w.interactive.threads, 2);
+}
+
+TEST(SimulatorCallerRunsTest, AWaiterOfAReplacedWorkloadIsServedAtItsOwnSize) {
+  // One permit, two 1 MB reads due at 0: the first is served at once (op 10 us + copy
+  // 100 us), the second waits for its permit. The workload is replaced (by one of 0-byte
+  // requests) while it waits; granted at 110 us it wakes (5 us) and still costs its own
+  // 110 us, done at 225 us.
+  SimOptions o = PermitOptions(Execution::kCallerRuns, 1);
+  o.window_s = 50e-6;
+  auto sim = Make(o);
+  SimClassWorkload big = Paced(1, 1e7, 1000000, false, 2);
+  big.times_us = {0, 0};
+  big.writes = {0, 0};
+  big.bytes = {1000000, 1000000};
+  ASSERT_TRUE(sim->SetWorkload(big, Idle()).ok());
+  WindowStats w;
+  ASSERT_TRUE(sim->RunWindow(&w).ok());  // [0, 50) us
+  EXPECT_EQ(w.interactive.ops, 0u);
+  EXPECT_EQ(w.interactive.queue_len_end, 1u);
+  ASSERT_TRUE(sim->SetWorkload(Idle(), Idle()).ok());
+  // Windows 1-5 cover [50, 300) us. Both requests were issued at 0, so a completion's
+  // latency is its time.
+  std::vector<std::pair<int, double>> done;  // (window, p99 of its one completion)
+  for (int k = 1; k <= 5; k++) {
+    ASSERT_TRUE(sim->RunWindow(&w).ok());
+    if (w.interactive.ops > 0) {
+      EXPECT_EQ(w.interactive.ops, 1u);
+      done.emplace_back(k, w.interactive.p99_us);
+    }
+  }
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].first, 2);  // [100, 150)
+  EXPECT_NEAR(done[0].second, 110, 0.5);
+  EXPECT_EQ(done[1].first, 4);  // [200, 250)
+  EXPECT_NEAR(done[1].second, 225, 0.5);
 }
 
 TEST(SimulatorCallerRunsTest, OneClientLimitOneNeverPaysAWakeUp) {
