@@ -354,7 +354,7 @@ def phase_workloads(phase: int, seed: int, rate_scale: float = 1.0) -> tuple[dic
     if path is not None:
         try:
             with open(path, "rb") as fh:
-                wi, wb, offered = marshal.load(fh)
+                wi, wb, offered = marshal.loads(fh.read())  # load(fh) reads in small pieces: slower
             return wi, wb, float(offered)
         except (OSError, ValueError, TypeError, EOFError):
             pass
