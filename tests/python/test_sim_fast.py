@@ -2,6 +2,7 @@
 Gymnasium (same rows as the env), their NumPy-free seeding, the trace cache, and the
 `nvmw sim run` shortcut past the full command line."""
 import json
+import marshal
 import os
 import subprocess
 import sys
@@ -92,6 +93,12 @@ def test_phase_workloads_are_cached_on_disk(tmp_path, monkeypatch):
     files = os.listdir(tmp_path / "sim-workloads")
     assert len(files) == 1 and files[0].startswith("phase3-")
     assert build(3, 2) == first  # read back
+    # Empty, unreadable, the wrong shape: each is rebuilt (and written again).
+    cached = tmp_path / "sim-workloads" / files[0]
+    for junk in (b"", b"\x00not marshal", marshal.dumps([1, 2]), marshal.dumps(5)):
+        cached.write_bytes(junk)
+        assert build(3, 2) == first
+        assert tuple(marshal.loads(cached.read_bytes())) == first
     build(3, 1)
     assert len(os.listdir(tmp_path / "sim-workloads")) == 2
     monkeypatch.setenv("NVMW_CACHE_DIR", "")
