@@ -19,7 +19,10 @@ and in every round (`goals_met`), the load average at the start and end of every
 
 nvmw serves a pmem pool on /dev/shm (PMEM_IS_PMEM_FORCE=1: cache-line flushes, every
 acknowledged SET durable in the pool) with the server's defaults; Redis runs with
-persistence off (`--save "" --appendonly no`), its fastest configuration. nvmw's classes
+persistence off (`--save "" --appendonly no`), its fastest configuration, unless
+`--redis-persistence` asks for its append-only file on the same tmpfs as nvmw's pool
+(`aof-always`: fsync before every reply, so that an acknowledged SET survives a crash as
+nvmw's does; `aof-everysec`: Redis's recommended setting, up to a second lost). nvmw's classes
 come from the size rule (no client here sends NVMW.CLASS): 128 B SETs are interactive,
 800 KB SETs batch. Progress (each round's ratios) goes to stderr. `--only` runs a part of
 the measurements (the goals of the others are left out of the report); `--batch-nice`
@@ -47,6 +50,16 @@ import tempfile
 import time
 
 VALUE_BIG = 800 * 1024
+
+# --redis-persistence: redis-server arguments, and how the report names the configuration.
+REDIS_PERSISTENCE = {
+    "none": (("--appendonly", "no"), "redis-server --save '' --appendonly no (no persistence)"),
+    "aof-always": (("--appendonly", "yes", "--appendfsync", "always"),
+                   "redis-server --save '' --appendonly yes --appendfsync always (AOF on /dev/shm, "
+                   "fsync before every reply)"),
+    "aof-everysec": (("--appendonly", "yes", "--appendfsync", "everysec"),
+                     "redis-server --save '' --appendonly yes --appendfsync everysec (AOF on /dev/shm)"),
+}
 
 
 def free_port() -> int:
@@ -349,6 +362,10 @@ def main() -> int:
                     help="nvmw serve --batch-nice (default: the server's own)")
     ap.add_argument("--serve-arg", action="append", default=[], metavar="ARG",
                     help="one more argument for nvmw serve (repeatable), e.g. --serve-arg=--no-batch-io-idle")
+    ap.add_argument("--redis-persistence", choices=tuple(REDIS_PERSISTENCE), default="none",
+                    help="Redis's durability: none (default: no persistence, its fastest), or its "
+                         "append-only file fsynced before every reply (aof-always) or every second "
+                         "(aof-everysec), in the same tmpfs directory as nvmw's pool")
     ap.add_argument("--only", choices=("a", "b", "c"), action="append", default=None,
                     help="run only these measurements (repeatable; default: all three); the goals of "
                          "the others are reported as not measured")
@@ -361,7 +378,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="nvmw-serve-bench-", dir="/dev/shm") as d:
         rport, nport = free_port(), free_port()
         redis_proc = subprocess.Popen([redis_server, "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
-                                       "--appendonly", "no", "--dir", d, "--logfile", os.path.join(d, "redis.log")],
+                                       *REDIS_PERSISTENCE[args.redis_persistence][0], "--dir", d, "--logfile", os.path.join(d, "redis.log")],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         env = dict(os.environ, PMEM_IS_PMEM_FORCE="1")
         cmd = [sys.executable, "-m", "nvmw", "serve", "--port", str(nport), "--engine", "pmem", "--path",
@@ -395,7 +412,7 @@ def main() -> int:
                            + "".join(f" {a}" for a in args.serve_arg)
                            + " (otherwise the defaults: 1 batch loop under SCHED_IDLE"
                            + (", batch workers at nice 19)" if args.batch_nice is None else ")"),
-                   "redis": "redis-server --save '' --appendonly no (no persistence)",
+                   "redis": REDIS_PERSISTENCE[args.redis_persistence][1],
                    "rounds": args.rounds, "parts": sorted(set(args.only or "abc")), "small_n": args.small_n, "inter_n": args.inter_n,
                    "inter_clients": args.inter_clients, "batch_clients": args.batch_clients,
                    "big_keys": args.big_keys, "big_get_n": args.big_get_n, "value_big_bytes": VALUE_BIG},
