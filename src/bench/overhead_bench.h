@@ -66,6 +66,10 @@ struct OverheadBenchOptions {
 //     mode, completions counted;
 //   pmem_direct_*, pmem_permits_*, ratio_p50_pmem_permits_vs_direct: direct and permit
 //     path again on a pmem engine (pool in pmem_pool_dir, removed afterwards);
+//   pmem_put_direct_*, pmem_put_permits_*, ratio_p50_pmem_put_permits_vs_direct,
+//     ratio_mean_pmem_put_permits_vs_direct: the same for a durable Put overwriting an
+//     existing value_bytes key (every key is read back afterwards: Corruption if a Put
+//     through the middleware was lost);
 //   cores, load1 (1-minute load average when the run began, -1 if unknown),
 //   value_bytes, ops, async_ops, async_submitters.
 // Errors: InvalidArgument for bad options; any failed engine or middleware call.

@@ -52,7 +52,8 @@ void BindOverheadBench(nb::module_& m) {
       "spinning), a raw mutex+condvar two-thread round trip (condvar_*), their ratios "
       "(ratio_*), async throughput in both modes (async_ops_per_s, "
       "async_handoff_ops_per_s), the direct call and permit path on a pmem pool in "
-      "pmem_pool_dir (pmem_*; empty skips), cores and load1.");
+      "pmem_pool_dir for a Get (pmem_*) and a durable Put (pmem_put_*; empty skips both), "
+      "cores and load1.");
 }
 
 }  // namespace nvmw::py
