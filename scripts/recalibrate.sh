@@ -188,6 +188,8 @@ EOF
 )
 if [[ $verdict == new ]]; then
   cp "$work/train/qlearning-$dev.joblib" "$work/train/qlearning-$dev.tuned.json" "$agents/"
+  python3 -c "import sys; from nvmw.rl.agent import export_policy_file; export_policy_file(sys.argv[1])" \
+    "$agents/qlearning-$dev.joblib"
   step "d. the candidate agent is shipped: $agents/qlearning-$dev.joblib"
 else
   step "d. the candidate scored below the previous agent on the simulator (or KEEP_AGENT=old): the shipped agent stays; the candidate is $work/candidate-agent.joblib"

@@ -102,10 +102,13 @@ if [[ ! -s "$work/$name.joblib" ]]; then
     --epsilon-min "$epsilon_min" --seed 0 \
     --out "$work/$name.tmp.joblib" --curve "$curve"
   mv "$work/$name.tmp.joblib" "$work/$name.joblib"
+  mv "$work/$name.tmp.policy.json" "$work/$name.policy.json"
 else step "train: $work/$name.joblib exists, skipped"; fi
 
 cp "$work/$name.tuned.json" "$out/$name.tuned.json"
 cp "$work/$name.joblib" "$out/$name.joblib"
+# Its greedy policy beside it (what acting greedily loads without scikit-learn; docs/rl.md).
+python3 -c "import sys; from nvmw.rl.agent import export_policy_file; export_policy_file(sys.argv[1])" "$out/$name.joblib"
 total=$(python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))" "$t_all" "$(date +%s.%N)")
 python3 - "$work/timing.json" "$scale" "$total" "${took[collect]:-skipped}" "${took[tune]:-skipped}" \
   "${took[train]:-skipped}" <<'EOF'

@@ -230,7 +230,9 @@ class Gradient(Controller):
 
 
 class AgentController(Controller):
-    """A trained QLearningAgent acting greedily (no exploration, no learning)."""
+    """A trained agent acting greedily (no exploration, no learning): a QLearningAgent, or
+    the `nvmw.rl.policy.GreedyPolicy` saved beside one (same actions, no scikit-learn);
+    anything with `greedy_action(obs) -> int`."""
 
     name = "q-learning"
 

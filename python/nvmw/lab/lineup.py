@@ -5,7 +5,9 @@
     aimd          AIMD limits aimed at the SLA's latency goal
     gradient      gradient limits aimed at the SLA's latency goal
     q-learning    the trained agent (the shipped one for the device unless a file is given;
-                  with ControllerContext(online=True) it keeps learning during the run)
+                  with ControllerContext(online=True) it keeps learning during the run);
+                  acting greedily it uses the policy file beside the agent when it is
+                  current (nvmw.rl.policy), else the agent
     q-learning:FILE  the agent saved in FILE, reported as "q-learning:<file name without
                   .joblib>" (so two agents can run in one line-up)
     q-learning-online  the same agent, always learning during the run (also :FILE)
@@ -26,6 +28,7 @@ from nvmw.control.controllers import (AIMD, AgentController, Controller, Fixed, 
 from nvmw.control.sla import SLASpec
 from nvmw.lab.runs import shipped_agent_path, shipped_oracle_path
 from nvmw.rl.agent import QLearningAgent
+from nvmw.rl.policy import load_beside
 
 #: The built-in controller names (fixed takes ":I,B").
 CONTROLLER_NAMES = ("none", "fixed:I,B", "oracle", "aimd", "gradient", "q-learning[:FILE]", "q-learning-online[:FILE]")
@@ -121,12 +124,14 @@ def _q_learning(arg: str, ctx: ControllerContext) -> Controller:
     path = arg or ctx.agent_path or shipped_agent_path(ctx.device)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no trained agent at {path}: run `nvmw train` and pass --agent")
-    agent = QLearningAgent.load(path)
     kind = "q-learning-online" if ctx.online else "q-learning"
     name = f"{kind}:{os.path.basename(path).removesuffix('.joblib')}" if arg else None
     if ctx.online:
-        return OnlineAgentController(agent, seed=ctx.seed, name=name)
-    return AgentController(agent, name=name)
+        return OnlineAgentController(QLearningAgent.load(path), seed=ctx.seed, name=name)
+    # Acting greedily needs only the policy file saved beside the agent (no scikit-learn);
+    # without a current one, the agent itself.
+    policy = load_beside(path)
+    return AgentController(policy if policy is not None else QLearningAgent.load(path), name=name)
 
 
 def _q_learning_online(arg: str, ctx: ControllerContext) -> Controller:

@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from nvmw import _core
 from nvmw.control.loop import drive
+from nvmw.rl.policy import GreedyPolicy, save_beside
 
 #: Thesis Table 3.3 actions and Table 3.2 state features, as the core defines them.
 N_ACTIONS = int(_core.N_ACTIONS)
@@ -436,11 +437,32 @@ class QLearningAgent:
             "epsilon_decay_mode", "epsilon_min", "model_params", "scaler_mode", "feature_transform",
             "reward_scale", "reward_transform", "bootstrap_on_truncation", "random_state")}
 
+    def export_policy(self) -> GreedyPolicy:
+        """The greedy policy as plain numbers (`nvmw.rl.policy.GreedyPolicy`): per action
+        the scaler's mean and scale, the monomial powers, the coefficients and intercept,
+        taken as `_predict_all` uses them (with fixed scalers, the scaler of the first model
+        of the same degree), so that it acts as `greedy_action` without scikit-learn."""
+        self._check_fitted()
+        models = []
+        first_of_degree: dict[int, Any] = {}
+        for m in self.models_:
+            poly, sgd = m.named_steps["poly"], m.named_steps["sgd"]
+            sc = m.named_steps["scaler"]
+            if self.scaler_mode == "fixed":
+                sc = first_of_degree.setdefault(poly.degree, sc)
+            models.append({"mean": [float(x) for x in sc.mean_], "scale": [float(x) for x in sc.scale_],
+                           "powers": [[int(p) for p in row] for row in poly.powers_],
+                           "coef": [float(x) for x in np.ravel(sgd.coef_)], "intercept": float(sgd.intercept_[0])})
+        return GreedyPolicy(self.feature_transform, models)
+
     def save(self, path: str | os.PathLike, metadata: Mapping[str, Any] | None = None) -> None:
-        """Write the whole agent (parameters, models, RNG state, metadata) to one joblib file."""
+        """Write the whole agent (parameters, models, RNG state, metadata) to one joblib file,
+        and its greedy policy beside it (`export_policy`, NAME.policy.json: what acting
+        greedily loads without scikit-learn; see nvmw.rl.policy)."""
         self._check_fitted()
         self.metadata_ = dict(metadata or getattr(self, "metadata_", {}) or {})
         joblib.dump({"format": "nvmw-qagent-1", "agent": self}, path, compress=3)
+        save_beside(path, self.export_policy())
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "QLearningAgent":
@@ -453,3 +475,10 @@ class QLearningAgent:
         if not isinstance(blob, dict) or blob.get("format") != "nvmw-qagent-1" or not isinstance(blob.get("agent"), cls):
             raise ValueError(f"{path}: not an nvmw agent file")
         return blob["agent"]
+
+
+def export_policy_file(path: str | os.PathLike) -> str:
+    """(Re)write the greedy policy beside an existing agent file without rewriting the agent
+    (`QLearningAgent.save` does it for new ones): for agents saved before policy files
+    existed, or after the format changed. Returns the policy file's path."""
+    return save_beside(path, QLearningAgent.load(path).export_policy())
