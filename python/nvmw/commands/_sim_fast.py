@@ -1,16 +1,21 @@
-"""`nvmw sim run` of a static configuration (--controller none or fixed:I,B) without
-building the whole command line: importing every command module costs more than the
-200-window episode itself (the controllers, the agent and their libraries). `cli.main`
-asks `parse` first; anything it does not recognise (help, old spellings, other
-controllers, a malformed value) goes to the full parser, which reports errors as usual."""
+"""`nvmw sim run` of a static configuration (--controller none or fixed:I,B), or of the
+trained agent acting greedily (--controller q-learning[:FILE]) from the policy file saved
+beside it, without building the whole command line: importing every command module costs
+more than the 200-window episode itself (the controllers, the agent and their libraries:
+scikit-learn, SciPy, NumPy, Gymnasium). `cli.main` asks `parse` first; anything it does
+not recognise (help, old spellings, other controllers, an agent without a current policy
+file, a malformed value) goes to the full parser, which reports errors as usual."""
 from __future__ import annotations
 
 import json
 import math
+import os
 import sys
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
-from nvmw.rl.simrun import run_static, static_config
+from nvmw.lab.runs import shipped_agent_path
+from nvmw.rl.policy import load_beside
+from nvmw.rl.simrun import run_greedy, run_static, static_config
 
 _DEFAULTS = {"phase": "1", "controller": "fixed:15,15", "windows": "10", "window": "0.1",
              "device": "optane-1dimm", "params": None, "seed": "0"}
@@ -42,16 +47,37 @@ def parse(words: list) -> Optional[Callable[[], int]]:
         window = float(opts["window"])
     except ValueError:
         return None
+    if phase < 1 or windows < 1 or seed < 0 or not (0 < window <= 3600 and math.isfinite(window)):
+        return None
     static = static_config(opts["controller"])
-    if static is None or phase < 1 or windows < 1 or seed < 0 or not (0 < window <= 3600 and math.isfinite(window)):
+    policy = None if static is not None else _greedy_policy(opts["controller"], opts["device"])
+    if static is None and policy is None:
         return None
 
     def run() -> int:
-        control, i, b = static
         out = sys.stdout
-        run_static(phase, windows=windows, control=control, threads=(i, b), window_s=window,
-                   device=opts["device"], params=opts["params"], seed=seed, exact=exact,
-                   on_window=lambda row: out.write(json.dumps(row) + "\n"))
+        common = dict(windows=windows, window_s=window, device=opts["device"], params=opts["params"], seed=seed,
+                      exact=exact, on_window=lambda row: out.write(json.dumps(row) + "\n"))
+        if policy is not None:
+            # simulate_phase starts a controller without initial threads of its own at 15/15.
+            run_greedy(phase, policy, threads=(15, 15), **common)
+        else:
+            control, i, b = static
+            run_static(phase, control=control, threads=(i, b), **common)
         return 0
 
     return run
+
+
+def _greedy_policy(controller: str, device: str) -> Any:
+    """The greedy policy of "q-learning" (the shipped agent for `device`) or
+    "q-learning:FILE", from the policy file beside the agent; None for any other
+    controller, a missing agent, or an agent without a current policy file (the full
+    command line then loads the agent, or reports the error)."""
+    kind, _, arg = controller.partition(":")
+    if kind != "q-learning":
+        return None
+    path = arg or shipped_agent_path(device)
+    if not os.path.isfile(path):
+        return None
+    return load_beside(path)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import platform
 from importlib import resources
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from nvmw.rl.envs import ControlEnv
 from nvmw.workloads.phases import DEFAULT_PHASES, describe_phase_set
+
+if TYPE_CHECKING:  # the shipped files' paths are wanted without Gymnasium (nvmw.commands._sim_fast)
+    from nvmw.rl.envs import ControlEnv
 
 
 def data_path(*parts: str) -> str:

@@ -1,4 +1,4 @@
-"""Static-configuration episodes on the simulator without Gymnasium or NumPy.
+"""Static-configuration and greedy-agent episodes on the simulator without Gymnasium or NumPy.
 
 `run_static` runs a phase on `_core.Simulator` under one fixed configuration (or the
 no-control baseline) and returns the rows `nvmw.lab.phase_run.simulate_phase` returns for
@@ -7,10 +7,15 @@ PCG64 behind a SeedSequence, reimplemented here for the two draws an episode mak
 workload seed and the schedule offset) and judges each window with the same SLA spec.
 Only the controller loop and the Gymnasium env are left out, which is what lets `nvmw
 sim run --controller fixed:I,B` (or `none`) start and finish a 200-window episode within
-a few hundred milliseconds of wall time."""
+a few hundred milliseconds of wall time. `run_greedy` does the same for a trained agent
+acting greedily (`nvmw.rl.policy.GreedyPolicy`, the policy file saved beside the agent):
+it rebuilds the env's observation of every window (clipped to the observation space,
+rounded to float32) and applies each action through the core's action table, as the
+env's control loop does."""
 from __future__ import annotations
 
 import re
+from array import array
 from typing import Any, Callable, Optional
 
 from nvmw import _core
@@ -121,6 +126,14 @@ class Pcg64:
         return low + (high - low) * ((self.next64() >> 11) * (1.0 / 9007199254740992.0))
 
 
+#: Which window-stats key of its class each state feature is, in the core's STATE_NAMES
+#: order (as nvmw.rl.sim reads them), and the observation space's upper bound of each
+#: feature other than threads (nvmw.rl.envs.ControlEnv; the lower bound is 0).
+_STATE_STAT_KEYS = {"threads": "threads", "queue_size": "queue_len_end", "block_size": "mean_block_bytes",
+                    "write_ratio": "write_ratio"}
+_STATE_FEATURES = tuple((cls, feature) for cls, _, feature in (n.partition("_") for n in _core.STATE_NAMES))
+_STATE_HIGH = {"queue_size": 1e9, "block_size": 2.0**32, "write_ratio": 1.0}
+
 _FIXED = re.compile(r"fixed:(\d+),(\d+)")
 
 
@@ -138,13 +151,21 @@ def static_config(controller: Any) -> Optional[tuple]:
     return (True, int(m.group(1)), int(m.group(2)))
 
 
-def run_static(phase: int, *, windows: int = 10, control: bool = True, threads: tuple = (15, 15),
-               window_s: float = 0.1, device: str = "optane-1dimm", params: Any = None, seed: int = 0,
-               sla: "SLASpec | str | None" = None, max_threads: int = 32, exact: bool = False,
-               on_window: Optional[Callable[[dict], None]] = None) -> list[dict]:
-    """`windows` simulated windows of a shipped phase at fixed `threads` (`control`
-    False: the no-control baseline), as `simulate_phase(phase, controller="fixed:I,B" or
-    "none", ...)` runs them: same rows for the same arguments."""
+def _f32_state(stats: dict, max_threads: int) -> list:
+    """The state `SimEnv.step` returns for a window (the core's STATE_NAMES order), as
+    Python floats: each feature clipped to the observation space's bounds and rounded to
+    float32, as the env's observation is."""
+    x = []
+    for cls, feature in _STATE_FEATURES:
+        v = float(stats[cls][_STATE_STAT_KEYS[feature]])
+        hi = float(max_threads) if feature == "threads" else _STATE_HIGH[feature]
+        x.append(v if v != v else (0.0 if v < 0.0 else (hi if v > hi else v)))
+    return array("f", x).tolist()
+
+
+def _episode(phase: int, *, windows: int, control: bool, threads: tuple, window_s: float, device: str,
+             params: Any, seed: int, sla: "SLASpec | str | None", max_threads: int, exact: bool,
+             on_window: Optional[Callable[[dict], None]], decide: Optional[Callable[[list], int]]) -> list[dict]:
     phase = int(phase)
     if phase not in list_phases():
         raise ValueError(f"phase must be one of {tuple(list_phases())}, got {phase!r}")
@@ -164,19 +185,60 @@ def run_static(phase: int, *, windows: int = 10, control: bool = True, threads: 
     wi, wb, _offered = phase_workloads(phase, workload_seed % 4)
     sim.set_workload(wi, wb, rng.uniform(0.0, wi["period_us"]))
     sim.run_window()  # SimEnv's warm-up window
-    shown = [i, b] if control else [0, 0]
+    # The reset observation: the threads, zeros for the window features.
+    obs = [float(i), float(b)] + [0.0] * (len(_STATE_FEATURES) - 2)
+    cur = (i, b)
     rows: list[dict] = []
     for _ in range(max(0, int(windows))):
+        if decide is not None and control:
+            action = decide(obs)
+            if not 0 <= action < _core.N_ACTIONS:
+                raise ValueError(f"action must be an int in [0, {_core.N_ACTIONS}), got {action!r}")
+            new = tuple(_core.apply_action(cur, action, int(max_threads)))
+            if new != cur:
+                sim.set_threads(*new)
+                cur = new
         s = sim.run_window()
         si, sb = s["interactive"], s["batch"]
-        row = {"phase": phase, "threads": list(shown), "reward": round(spec.evaluate(s).reward, 3),
+        row = {"phase": phase, "threads": list(cur) if control else [0, 0],
+               "reward": round(spec.evaluate(s).reward, 3),
                "interactive_p99_us": si["p99_us"], "ops_per_s": s["all"]["ops_per_s"],
                "batch_ops_per_s": sb["ops_per_s"], "interactive_queue": si["queue_len_end"],
                "batch_queue": sb["queue_len_end"]}
         rows.append(row)
         if on_window is not None:
             on_window(row)
+        if decide is not None:
+            obs = _f32_state(s, max_threads)
     return rows
 
 
-__all__ = ["run_static", "static_config", "Pcg64"]
+def run_static(phase: int, *, windows: int = 10, control: bool = True, threads: tuple = (15, 15),
+               window_s: float = 0.1, device: str = "optane-1dimm", params: Any = None, seed: int = 0,
+               sla: "SLASpec | str | None" = None, max_threads: int = 32, exact: bool = False,
+               on_window: Optional[Callable[[dict], None]] = None) -> list[dict]:
+    """`windows` simulated windows of a shipped phase at fixed `threads` (`control`
+    False: the no-control baseline), as `simulate_phase(phase, controller="fixed:I,B" or
+    "none", ...)` runs them: same rows for the same arguments."""
+    return _episode(phase, windows=windows, control=control, threads=threads, window_s=window_s, device=device,
+                    params=params, seed=seed, sla=sla, max_threads=max_threads, exact=exact, on_window=on_window,
+                    decide=None)
+
+
+def run_greedy(phase: int, policy: Any, *, windows: int = 10, threads: tuple = (15, 15), window_s: float = 0.1,
+               device: str = "optane-1dimm", params: Any = None, seed: int = 0,
+               sla: "SLASpec | str | None" = None, max_threads: int = 32, exact: bool = False,
+               on_window: Optional[Callable[[dict], None]] = None) -> list[dict]:
+    """`windows` simulated windows of a shipped phase under a greedy agent: before every
+    window `policy.greedy_action(state)` picks a Table 3.3 action, applied through the
+    core's action table (`_core.apply_action`), the state being the env's observation of
+    the previous window (the reset observation before the first). Same rows as
+    `simulate_phase(phase, controller=AgentController(agent), ...)` starting at `threads`
+    when the policy acts as the agent does; with `nvmw.rl.policy.GreedyPolicy` no NumPy
+    is needed."""
+    return _episode(phase, windows=windows, control=True, threads=threads, window_s=window_s, device=device,
+                    params=params, seed=seed, sla=sla, max_threads=max_threads, exact=exact, on_window=on_window,
+                    decide=lambda obs: int(policy.greedy_action(obs)))
+
+
+__all__ = ["run_static", "run_greedy", "static_config", "Pcg64"]
