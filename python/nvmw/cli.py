@@ -13,8 +13,11 @@ if TYPE_CHECKING:
     import argparse
 
 
-def build_parser() -> argparse.ArgumentParser:
-    # Imported here: a static simulator run (nvmw.commands._sim_fast) needs none of them.
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, or of `command` alone: each command module is named
+    after its command (run_phase.py registers run-phase), and importing all of them takes
+    a second or more (the RL commands import Gymnasium and scikit-learn), so a command
+    line that names its command imports that module only."""
     import argparse
     import importlib
     import pkgutil
@@ -25,11 +28,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda i: i.name):
-        module = importlib.import_module(f"nvmw.commands.{info.name}")
-        register = getattr(module, "register", None)
-        if register is not None:
-            register(sub)
+    names = sorted(i.name for i in pkgutil.iter_modules(commands.__path__) if not i.name.startswith("_"))
+    module_name = (command or "").replace("-", "_")
+    if module_name in names and command == module_name.replace("_", "-"):
+        names = [module_name]
+    for name in names:
+        module = importlib.import_module(f"nvmw.commands.{name}")
+        module.register(sub)
     return parser
 
 
@@ -48,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         if run is not None:
             return _call(run, "sim")
     try:
-        parser = build_parser()  # imports every command module: a second or more
+        parser = build_parser(argv[0] if argv else None)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -1,7 +1,15 @@
-"""The `nvmw` CLI: every subcommand (and sub-subcommand) answers --help."""
+"""The `nvmw` CLI: every subcommand (and sub-subcommand) answers --help; a command line
+imports only its own command's module."""
 import argparse
+import os
+import pkgutil
+import socket
+import subprocess
+import sys
 
 import pytest
+
+from nvmw import commands
 
 from nvmw.cli import build_parser, main
 
@@ -23,6 +31,57 @@ def test_every_subcommand_has_help(capsys):
         assert e.value.code == 0
         out = capsys.readouterr().out
         assert out.startswith("usage: nvmw " + " ".join(cmd))
+
+
+def test_each_command_module_registers_the_command_named_after_it():
+    # What lets `nvmw NAME ...` import nvmw/commands/NAME.py alone.
+    modules = {i.name for i in pkgutil.iter_modules(commands.__path__) if not i.name.startswith("_")}
+    top = {cmd[0] for cmd in _subcommands(build_parser()) if len(cmd) == 1}
+    assert top == {name.replace("_", "-") for name in modules}
+    for name in modules:
+        alone = {cmd[0] for cmd in _subcommands(build_parser(name.replace("_", "-"))) if len(cmd) == 1}
+        assert alone == {name.replace("_", "-")}
+    assert build_parser("run_phase")._subparsers is not None  # the module's name is not a command
+    assert {c[0] for c in _subcommands(build_parser("run_phase")) if len(c) == 1} == top
+
+
+HEAVY = ("sklearn", "gymnasium", "scipy", "joblib", "matplotlib")
+
+
+def _modules_after(*argv: str) -> tuple:
+    """Run `nvmw ARGV` in a fresh interpreter; (its exit code, which heavy modules it imported)."""
+    code = ("import sys\nfrom nvmw.cli import main\ntry:\n    rc = main(sys.argv[1:])\n"
+            "except SystemExit as e:\n    rc = e.code\n"
+            f"print('RESULT', rc, *sorted(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                          env=dict(os.environ), timeout=120)
+    result = [line for line in proc.stderr.splitlines() if line.startswith("RESULT ")]
+    assert result, proc.stderr
+    words = result[-1].split()[1:]
+    return int(words[0]), words[1:]
+
+
+@pytest.mark.parametrize("argv", [("serve", "--help"), ("run-phase", "--help"), ("ycsb", "--help"),
+                                  ("replay", "--help"), ("check", "--help"), ("trace", "--help"),
+                                  ("bench", "overhead", "--help"), ("sweep", "--help")])
+def test_store_and_service_commands_start_without_the_rl_libraries(argv):
+    assert _modules_after(*argv) == (0, [])
+
+
+def test_serve_with_the_agent_acts_from_its_policy_file_without_scikit_learn():
+    # The port is taken, so the server fails to listen after its controller is built.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        rc, heavy = _modules_after("serve", "--engine", "memory", "--device", "optane-1dimm",
+                                   "--controller", "q-learning", "--port", str(port))
+    assert rc != 0 and heavy == []
+
+
+def test_rl_commands_still_parse_with_their_libraries():
+    rc, heavy = _modules_after("train", "--help")
+    assert rc == 0 and "sklearn" in heavy
 
 
 def test_unknown_command_is_an_error(capsys):

@@ -9,14 +9,19 @@ import contextlib
 import os
 import sys
 import tempfile
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 from nvmw.commands._util import ensure_pmem_force
 from nvmw.control.controllers import NoControl
 from nvmw.lab.lineup import CONTROLLER_NAMES, ControllerContext, canonical_name, deprecated, make_controller
-from nvmw.rl.envs import ControlEnv
-from nvmw.rl.episodes import BACKENDS, EpisodeRunner
-from nvmw.rl.registry import ENV_KINDS, make_env
+
+if TYPE_CHECKING:
+    from nvmw.rl.envs import ControlEnv
+    from nvmw.rl.episodes import EpisodeRunner
+
+# The RL environments and episode runners (Gymnasium, scikit-learn: a second or more to
+# import) are imported by the functions that need them, so that the store and service
+# commands (serve, run-phase, ycsb, ...) start without them.
 
 ENGINES = ("memory", "pmem")
 
@@ -53,6 +58,7 @@ def add_store_args(p: argparse.ArgumentParser, *, device_default: str = "none", 
 
 def add_env_args(p: argparse.ArgumentParser, *, window_default: float = 0.1, steps: bool = True) -> None:
     """The environment options shared by collect/train/evaluate/calibrate."""
+    from nvmw.rl.registry import ENV_KINDS
     p.add_argument("--env", choices=ENV_KINDS, default="real",
                    help="environment: the real middleware (default), the analytic synthetic stand-in, "
                         "or the fitted simulator")
@@ -74,11 +80,13 @@ def env_kwargs_from_args(args, *, control: bool = True, phase: int = 1) -> dict:
 
 
 def env_from_args(args, *, control: bool = True, phase: int = 1) -> ControlEnv:
+    from nvmw.rl.registry import make_env
     return make_env(**env_kwargs_from_args(args, control=control, phase=phase))
 
 
 def add_backend_args(p: argparse.ArgumentParser) -> None:
     """--backend, --workers, --ray-address: where episodes run (collect, train)."""
+    from nvmw.rl.episodes import BACKENDS
     p.add_argument("--backend", choices=BACKENDS, default="local",
                    help="where episodes run: local (this process, or --workers processes) or ray (Ray tasks; "
                         "a local Ray instance unless --ray-address). Same seed, same result (default %(default)s)")
@@ -91,6 +99,7 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
 
 def runner_from_args(args, env: ControlEnv) -> EpisodeRunner:
     """The episode runner of --backend/--workers/--ray-address for `env` (built from args)."""
+    from nvmw.rl.episodes import EpisodeRunner
     workers = args.workers or (2 if args.backend == "ray" else 1)
     if args.ray_address and args.backend != "ray":
         raise ValueError("--ray-address needs --backend ray")

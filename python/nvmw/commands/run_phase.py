@@ -11,7 +11,6 @@ from nvmw.commands._util import cores, print_json
 from nvmw.control.sla import load_spec
 from nvmw.errors import NvmwError
 from nvmw.lab.lineup import ControllerContext, make_controller
-from nvmw.lab.phase_run import run_phase
 from nvmw.workloads.phases import load_phase
 
 
@@ -46,6 +45,8 @@ def _print_row(row: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from nvmw.lab.phase_run import run_phase  # Gymnasium: imported when a phase runs, not for --help
+
     try:
         phase = load_phase(args.phase, capacity=args.capacity)
         sla = load_spec(args.sla, device=args.device)

@@ -27,7 +27,6 @@ from nvmw.control.controllers import (AIMD, AgentController, Controller, Fixed, 
                                       OnlineAgentController, OracleFixed)
 from nvmw.control.sla import SLASpec
 from nvmw.lab.runs import shipped_agent_path, shipped_oracle_path
-from nvmw.rl.agent import QLearningAgent
 from nvmw.rl.policy import load_beside
 
 #: The built-in controller names (fixed takes ":I,B").
@@ -126,12 +125,17 @@ def _q_learning(arg: str, ctx: ControllerContext) -> Controller:
         raise FileNotFoundError(f"no trained agent at {path}: run `nvmw train` and pass --agent")
     kind = "q-learning-online" if ctx.online else "q-learning"
     name = f"{kind}:{os.path.basename(path).removesuffix('.joblib')}" if arg else None
+    # Acting greedily needs only the policy file saved beside the agent; the agent itself
+    # (its module imports scikit-learn) only to learn, or without a current policy file.
+    policy = None if ctx.online else load_beside(path)
+    if policy is not None:
+        return AgentController(policy, name=name)
+    from nvmw.rl.agent import QLearningAgent
+
+    agent = QLearningAgent.load(path)
     if ctx.online:
-        return OnlineAgentController(QLearningAgent.load(path), seed=ctx.seed, name=name)
-    # Acting greedily needs only the policy file saved beside the agent (no scikit-learn);
-    # without a current one, the agent itself.
-    policy = load_beside(path)
-    return AgentController(policy if policy is not None else QLearningAgent.load(path), name=name)
+        return OnlineAgentController(agent, seed=ctx.seed, name=name)
+    return AgentController(agent, name=name)
 
 
 def _q_learning_online(arg: str, ctx: ControllerContext) -> Controller:
