@@ -50,3 +50,21 @@ def test_demo_summary_says_higher_when_control_loses():
     assert _versus(20_000.0, 2_000.0) == "10.0x lower than"
     assert _versus(2_000.0, 5_000.0) == "2.5x higher than"
     assert _versus(1_000.0, 0.0).endswith("lower than")  # an empty window never divides by zero
+
+
+def test_demo_notes_when_no_controller_meets_the_latency_goal_here():
+    from nvmw.control.sla import load_spec
+    from nvmw.lab.demo import calibration_note
+
+    goal = load_spec(None, device="optane-1dimm").lat_goal
+    slow = summarize({**_trace([False, False, True] * 2, [True] * 6), "p99_us": [2_000.0] * 6}, 3)
+    slower = summarize({**_trace([False] * 6, [True] * 6), "p99_us": [5_000.0] * 6}, 3)
+    note = calibration_note({"a": slow, "b": slower})
+    assert note is not None
+    assert f"SLA's {goal:,.0f} us" in note and "best 0.33" in note and "lowest median p99 2,000 us" in note
+    assert "calibrated on Intel(R) Xeon(R) Processor" in note  # the shipped oracle file's machine
+    assert "scripts/recalibrate.sh" in note
+    # One controller meeting the goal on half of its windows: the ranking stands, no note.
+    half = summarize(_trace([True, False] * 3, [True] * 6), 3)
+    assert calibration_note({"a": slow, "b": half}) is None
+    assert calibration_note({}) is None

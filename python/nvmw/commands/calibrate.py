@@ -125,7 +125,7 @@ def run(args) -> int:
                                                   "windows_per_phase": args.no_control_windows})
     header = {k: v for k, v in header.items() if k != "sla"}
     name = f"calibrated-{args.device if args.env == 'real' else args.env}"
-    notes = (f"nvmw calibrate: {header['cores']} cores, env {args.env}, device {header['device']}, "
+    notes = (f"nvmw calibrate on {header.get('cpu', 'an unknown CPU')}: {header['cores']} cores, env {args.env}, device {header['device']}, "
              f"window {args.window} s, grid {args.grid}, {args.windows} windows/config, rule {args.rule} "
              + (f"attain {args.attain}" if args.rule == "attain" else f"quantile {args.quantile}"))
     spec, table, report = calibrate(rows, rule=args.rule, attain=args.attain, quantile=args.quantile,

@@ -13,7 +13,7 @@ import sys
 
 from nvmw.commands._args import check_output_dir, positive_float, positive_int
 from nvmw.commands._util import ensure_pmem_force
-from nvmw.lab.demo import demo_comparison, ranking_table
+from nvmw.lab.demo import calibration_note, demo_comparison, ranking_table
 from nvmw.lab.interference import InterferenceConfig, format_table, plot, run_interference
 from nvmw.lab.lineup import DEFAULT_LINEUP
 from nvmw.lab.sweep import plot_sweep, quick_config, run_sweep
@@ -110,6 +110,9 @@ def _controller_step(args: argparse.Namespace) -> None:
     result = demo_comparison(steps=steps, switch_every=args.segment, window_s=0.1,
                              out_dir=os.path.join(args.out, "controllers"), print_fn=None)
     print(ranking_table(result["summary"], result["run"]))
+    note = calibration_note(result["summary"])
+    if note:
+        print(note)
     if result["skipped"]:
         print("skipped: " + ", ".join(result["skipped"]))
     print(f"wrote {args.out}/controllers/eval.md, eval.json and eval.png")

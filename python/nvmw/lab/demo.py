@@ -2,12 +2,14 @@
 `nvmw demo`). Uses the shipped agent, oracle table and calibrated SLA when present."""
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Callable, Mapping, Sequence
 
 from nvmw.lab.evaluation import evaluate_lineup, markdown_report, write_outputs
 from nvmw.lab.lineup import DEFAULT_LINEUP, ControllerContext, canonical_name
-from nvmw.lab.runs import shipped_agent_path, shipped_oracle_path
+from nvmw.control.sla import load_spec
+from nvmw.lab.runs import cpu_model, shipped_agent_path, shipped_oracle_path
 
 
 def demo_comparison(*, env: str = "real", steps: int = 200, switch_every: int = 50, window_s: float = 0.1,
@@ -60,4 +62,34 @@ def ranking_table(summaries: Mapping[str, Mapping[str, Any]], header: Mapping[st
     return "\n".join(out)
 
 
-__all__ = ["demo_comparison", "ranking_table"]
+
+
+def calibration_note(summaries: Mapping[str, Mapping[str, Any]], *, device: str = "optane-1dimm",
+                     sla: str | None = None, at_least: float = 0.5) -> str | None:
+    """None when some controller met the latency goal on `at_least` of its windows; else
+    what the user should know: the shipped SLA, oracle table and agent were calibrated on
+    another machine (the oracle file records which) and this one serves the phases more
+    slowly, so the ranking says little until they are remade here."""
+    if not summaries:
+        return None
+    best = max(s["sla_latency_met"] for s in summaries.values())
+    if best >= at_least:
+        return None
+    goal = load_spec(sla, device=device).lat_goal
+    lowest = min(s["p99_us"]["median"] for s in summaries.values())
+    try:
+        with open(shipped_oracle_path(device), encoding="utf-8") as fh:
+            where = json.load(fh).get("run", {}).get("cpu")
+    except (OSError, ValueError, AttributeError):
+        where = None
+    here = cpu_model()
+    origin = f"calibrated on {where or 'another machine'}; this run is on {here}"
+    return (f"Note: no controller kept the interactive p99 within the SLA's {goal:,.0f} us on half of its "
+            f"windows (best {best:.2f}; lowest median p99 {lowest:,.0f} us). The shipped SLA, oracle table "
+            f"and agent were {origin}. This machine serves the phases more slowly (on virtual machines "
+            f"that wake sleeping threads late, the emulated device's waits grow with the wake-ups), so "
+            f"this ranking says little. scripts/recalibrate.sh remakes all three for this machine from a "
+            f"sweep (about 25 min on 2 cores; then ./scripts/setup.sh installs them).")
+
+
+__all__ = ["calibration_note", "demo_comparison", "ranking_table"]
