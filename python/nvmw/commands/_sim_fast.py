@@ -1,8 +1,8 @@
 """`nvmw sim run` of a static configuration (--controller none or fixed:I,B), or of the
 trained agent acting greedily (--controller q-learning[:FILE]) from the policy file saved
-beside it, without building the whole command line: importing every command module costs
-more than the 200-window episode itself (the controllers, the agent and their libraries:
-scikit-learn, SciPy, NumPy, Gymnasium). `cli.main` asks `parse` first; anything it does
+beside it, without building the command line: importing the sim command's module costs
+more than the 200-window episode itself (the simulator fit, the environments and their
+libraries: SciPy, NumPy, Gymnasium). `cli.main` asks `parse` first; anything it does
 not recognise (help, old spellings, other controllers, an agent without a current policy
 file, a malformed value) goes to the full parser, which reports errors as usual."""
 from __future__ import annotations
