@@ -86,10 +86,11 @@ def calibration_note(summaries: Mapping[str, Mapping[str, Any]], *, device: str 
     origin = f"calibrated on {where or 'another machine'}; this run is on {here}"
     return (f"Note: no controller kept the interactive p99 within the SLA's {goal:,.0f} us on half of its "
             f"windows (best {best:.2f}; lowest median p99 {lowest:,.0f} us). The shipped SLA, oracle table "
-            f"and agent were {origin}. This machine serves the phases more slowly (on virtual machines "
-            f"that wake sleeping threads late, the emulated device's waits grow with the wake-ups), so "
-            f"this ranking says little. scripts/recalibrate.sh remakes all three for this machine from a "
-            f"sweep (about 25 min on 2 cores; then ./scripts/setup.sh installs them).")
+            f"and agent were {origin}. This machine serves the phases more slowly (the emulated device's "
+            f"waits sleep and are woken, which costs far more on some virtual machines), so this ranking "
+            f"says little. scripts/recalibrate.sh remakes all three for this machine from a sweep (about "
+            f"17 min on 2 cores; then ./scripts/setup.sh installs them); where the simulator cannot follow "
+            f"the machine, the agent it retrains may not lead (docs/rl.md, \"On a slower machine\").")
 
 
 __all__ = ["calibration_note", "demo_comparison", "ranking_table"]
