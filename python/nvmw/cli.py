@@ -1,12 +1,12 @@
-"""The `nvmw` command line. Every module in nvmw.commands that defines
-`register(subparsers)` adds its own subcommand(s); this file only wires them up."""
+"""The `nvmw` command line. Each command is a module of nvmw.commands, commands/NAME.py
+registering the command NAME with `register(subparsers)`; this file only wires them up,
+importing only the module of the command a command line names."""
 from __future__ import annotations
 
 import sys
 from typing import TYPE_CHECKING
 
-from nvmw import commands
-from nvmw.commands import _sim_fast
+from nvmw.commands import SUMMARIES, _sim_fast
 from nvmw.errors import NvmwError
 
 if TYPE_CHECKING:
@@ -14,13 +14,14 @@ if TYPE_CHECKING:
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The parser of every subcommand, or of `command` alone: each command module is named
-    after its command (run_phase.py registers run-phase), and importing all of them takes
-    a second or more (the RL commands import Gymnasium and scikit-learn), so a command
-    line that names its command imports that module only."""
+    """The command line's parser. With no command: every command, each module imported
+    (what the tests walk). With a command's name: that command alone, only its module
+    imported; importing them all takes a second or more, since the RL commands import
+    Gymnasium and scikit-learn. With anything else (an option, a typo, ""): the commands
+    listed from their summaries, no module imported: enough for `nvmw --help` and for
+    the "invalid choice" error."""
     import argparse
     import importlib
-    import pkgutil
 
     parser = argparse.ArgumentParser(
         prog="nvmw",
@@ -28,13 +29,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    names = sorted(i.name for i in pkgutil.iter_modules(commands.__path__) if not i.name.startswith("_"))
-    module_name = (command or "").replace("-", "_")
-    if module_name in names and command == module_name.replace("_", "-"):
-        names = [module_name]
-    for name in names:
-        module = importlib.import_module(f"nvmw.commands.{name}")
-        module.register(sub)
+    if command is not None and command not in SUMMARIES:
+        for name, summary in SUMMARIES.items():
+            sub.add_parser(name, help=summary)
+        return parser
+    for name in [command] if command is not None else SUMMARIES:
+        importlib.import_module(f"nvmw.commands.{name.replace('-', '_')}").register(sub)
     return parser
 
 
@@ -53,11 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         if run is not None:
             return _call(run, "sim")
     try:
-        parser = build_parser(argv[0] if argv else None)
+        parser = build_parser(argv[0] if argv else "")
+        args = parser.parse_args(argv)  # the listing parser never returns: it has only -h
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    args = parser.parse_args(argv)
     args.argv = list(argv)  # commands that re-exec themselves need the original words
     return _call(lambda: args.func(args), args.command)
 

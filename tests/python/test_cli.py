@@ -33,16 +33,29 @@ def test_every_subcommand_has_help(capsys):
         assert out.startswith("usage: nvmw " + " ".join(cmd))
 
 
-def test_each_command_module_registers_the_command_named_after_it():
-    # What lets `nvmw NAME ...` import nvmw/commands/NAME.py alone.
+def _summaries(parser) -> dict:
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return {a.dest: a.help for a in sub._choices_actions}
+
+
+def test_each_command_module_registers_the_command_named_after_it_with_its_summary():
+    # What lets `nvmw NAME ...` import nvmw/commands/NAME.py alone, and `nvmw --help` none.
     modules = {i.name for i in pkgutil.iter_modules(commands.__path__) if not i.name.startswith("_")}
-    top = {cmd[0] for cmd in _subcommands(build_parser()) if len(cmd) == 1}
-    assert top == {name.replace("_", "-") for name in modules}
-    for name in modules:
-        alone = {cmd[0] for cmd in _subcommands(build_parser(name.replace("_", "-"))) if len(cmd) == 1}
-        assert alone == {name.replace("_", "-")}
-    assert build_parser("run_phase")._subparsers is not None  # the module's name is not a command
-    assert {c[0] for c in _subcommands(build_parser("run_phase")) if len(c) == 1} == top
+    assert set(commands.SUMMARIES) == {name.replace("_", "-") for name in modules}
+    assert _summaries(build_parser()) == commands.SUMMARIES
+    for name in commands.SUMMARIES:
+        assert _summaries(build_parser(name)) == {name: commands.SUMMARIES[name]}
+    for other in ("run_phase", "frobnicate", "", "--help"):  # not a command: the list, nothing imported
+        assert _summaries(build_parser(other)) == commands.SUMMARIES
+
+
+def test_help_lists_every_command_with_its_summary(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for name, summary in commands.SUMMARIES.items():
+        assert f"{name} {' '.join(summary.split())}" in out
 
 
 HEAVY = ("sklearn", "gymnasium", "scipy", "joblib", "matplotlib")
@@ -61,11 +74,15 @@ def _modules_after(*argv: str) -> tuple:
     return int(words[0]), words[1:]
 
 
-@pytest.mark.parametrize("argv", [("serve", "--help"), ("run-phase", "--help"), ("ycsb", "--help"),
+@pytest.mark.parametrize("argv", [("--help",), ("serve", "--help"), ("run-phase", "--help"), ("ycsb", "--help"),
                                   ("replay", "--help"), ("check", "--help"), ("trace", "--help"),
                                   ("bench", "overhead", "--help"), ("sweep", "--help")])
 def test_store_and_service_commands_start_without_the_rl_libraries(argv):
     assert _modules_after(*argv) == (0, [])
+
+
+def test_a_mistyped_command_is_answered_without_importing_the_commands():
+    assert _modules_after("frobnicate") == (2, [])
 
 
 def test_serve_with_the_agent_acts_from_its_policy_file_without_scikit_learn():

@@ -8,13 +8,14 @@ from __future__ import annotations
 import argparse
 import statistics
 
+from nvmw.commands import SUMMARIES
 from nvmw.commands._args import int_in, nonneg_int, positive_int
 from nvmw import _core
 from nvmw.commands._util import cores, ensure_pmem_force, print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="microbenchmarks (JSON output)",
+    p = sub.add_parser("bench", help=SUMMARIES["bench"],
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     bsub = p.add_subparsers(dest="bench", metavar="BENCH")
     bsub.required = True

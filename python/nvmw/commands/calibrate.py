@@ -14,6 +14,7 @@ import os
 import sys
 import time
 
+from nvmw.commands import SUMMARIES
 from nvmw.commands._args import check_output_file, fraction, nonneg_int, positive_float, positive_int
 from nvmw.commands._args import add_env_args, argv_of, env_from_args
 from nvmw.lab.calibration import calibrate, load_sweep, no_control_windows, save_oracle, save_sweep, sweep_env
@@ -23,7 +24,7 @@ from nvmw.workloads.phases import DEFAULT_PHASES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("calibrate", help="derive SLA goals and the oracle table from a sweep",
+    p = sub.add_parser("calibrate", help=SUMMARIES["calibrate"],
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_env_args(p, steps=False)
     p.add_argument("--grid", type=positive_int, nargs="+", default=[1, 2, 4, 8, 16, 32],

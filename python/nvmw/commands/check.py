@@ -7,12 +7,13 @@ import argparse
 import os
 import sys
 
+from nvmw.commands import SUMMARIES
 from nvmw import _core
 from nvmw.commands._util import print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("check", help="check a pmem pool file for damage; salvage intact entries",
+    p = sub.add_parser("check", help=SUMMARIES["check"],
                        description=__doc__)
     p.add_argument("pool", help="pool file to check (never modified)")
     p.add_argument("--salvage", metavar="OUT", default=None,

@@ -8,6 +8,7 @@ import argparse
 import json
 import time
 
+from nvmw.commands import SUMMARIES
 from nvmw.commands._args import check_output_file, positive_int
 from nvmw.commands._args import add_backend_args, add_env_args, env_from_args, runner_from_args
 from nvmw.errors import Interrupted
@@ -17,7 +18,7 @@ from nvmw.workloads.phases import DEFAULT_PHASES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("collect", help="random-agent transitions for pretraining (.npz)",
+    p = sub.add_parser("collect", help=SUMMARIES["collect"],
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_env_args(p)
     p.add_argument("--episodes", type=positive_int, default=150, help="episodes per phase (default %(default)s, as the thesis)")

@@ -11,6 +11,7 @@ import json
 import os
 import sys
 
+from nvmw.commands import SUMMARIES
 from nvmw.commands._args import check_output_dir, positive_float, positive_int
 from nvmw.commands._util import ensure_pmem_force
 from nvmw.lab.demo import calibration_note, demo_comparison, ranking_table
@@ -21,7 +22,7 @@ from nvmw.workloads.phases import DEFAULT_PHASES, describe_phase_set
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="end-to-end demo: interference table, sweep, controllers",
+    p = sub.add_parser("demo", help=SUMMARIES["demo"],
                        description=__doc__)
     p.add_argument("--duration", type=positive_float, default=4.0, help="seconds per scenario (default %(default)s)")
     p.add_argument("--clients", type=positive_int, default=100, help="clients per pool (default %(default)s)")

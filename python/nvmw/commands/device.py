@@ -6,13 +6,14 @@ import argparse
 import json
 import os
 
+from nvmw.commands import SUMMARIES
 from nvmw.commands._args import int_in, nonneg_int, positive_int
 from nvmw.devices import list_profiles, load_profile, profile_to_dict
 from nvmw.lab.device import bench, curve_table, plot
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("device", help="emulated device profiles: list, show, curve, bench, plot",
+    p = sub.add_parser("device", help=SUMMARIES["device"],
                        description=__doc__)
     dsub = p.add_subparsers(dest="device_command", metavar="ACTION")
     dsub.required = True

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 
+from nvmw.commands import SUMMARIES
 from nvmw.commands._args import check_output_dir, check_output_file, positive_int
 from nvmw.control.controllers import OnlineAgentController
 from nvmw.commands._args import add_env_args, controller_help
@@ -16,7 +17,7 @@ from nvmw.lab.lineup import DEFAULT_LINEUP, ControllerContext, deprecated
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("evaluate", help="long-run comparison of controllers (JSON, Markdown, PNG)",
+    p = sub.add_parser("evaluate", help=SUMMARIES["evaluate"],
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_env_args(p, window_default=1.0, steps=False)
     p.add_argument("--steps", type=positive_int, default=4000, help="steps of the long run (default %(default)s)")

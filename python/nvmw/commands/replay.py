@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from nvmw.commands import SUMMARIES
 from nvmw.commands._args import fraction, int_in, nonneg_float, nonneg_int, positive_float, positive_int
 from nvmw.commands._args import add_pool_args, add_store_args, argv_of, pool_config, pool_path
 from nvmw.commands._util import cores, print_json
@@ -15,7 +16,7 @@ from nvmw.workloads import traces
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "replay", help="replay a trace open-loop through the middleware",
+        "replay", help=SUMMARIES["replay"],
         description="Client threads issue the trace's records at their scheduled times "
         "(offsets / --accel); latency counts from the scheduled time, so falling behind shows. "
         "Keys the trace reads are preloaded first. Filters, then transforms, then replay.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from nvmw.commands import SUMMARIES
 from nvmw.commands._args import nonneg_int, positive_float
 from nvmw.commands._args import add_store_args, argv_of, controller_help, pool_path
 from nvmw.commands._util import cores, print_json
@@ -16,7 +17,7 @@ from nvmw.workloads.phases import load_phase
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "run-phase", help="run an RL phase (interactive + batch trace replays) under a controller",
+        "run-phase", help=SUMMARIES["run-phase"],
         description="Co-run a phase's interactive (Azure-like) and batch (SVD-like) replays "
         "on a fresh middleware; each window prints threads, ops/s, interactive p99, batch "
         "throughput and queue lengths. Controllers: none (no-control mode), fixed:I,B, aimd, "

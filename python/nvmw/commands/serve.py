@@ -5,6 +5,7 @@ import argparse
 import os
 import sys
 
+from nvmw.commands import SUMMARIES
 from nvmw.commands._args import add_store_args, argv_of, controller_help, int_in, pool_path
 from nvmw.lab.service import DEFAULT_CONTROLLER, Service, run_until_signal
 
@@ -16,7 +17,7 @@ _port = int_in(0, 65535)
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "serve", help="serve the store over the Redis protocol (RESP), with a controller and metrics",
+        "serve", help=SUMMARIES["serve"],
         description="Serve the middleware over the Redis protocol: GET, SET, DEL, EXISTS, MGET, MSET "
         "and the usual connection commands, plus NVMW.CLASS interactive|batch|auto (the class of the "
         "connection's requests; auto: SETs of at least 64 KiB are batch) and NVMW.STATS. The controller "

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from nvmw.commands import SUMMARIES
 from nvmw.commands._args import check_output_file, float_in, int_in, nonneg_int, positive_int
 from nvmw.commands._args import add_pool_args, pool_config
 from nvmw.lab.calibration import load_sweep
@@ -18,7 +19,7 @@ from nvmw.rl.sim import FIT_NAMES, load_params, save_params
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sim", help="the simulator: fit to a real sweep, check, run",
+    p = sub.add_parser("sim", help=SUMMARIES["sim"],
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ssub = p.add_subparsers(dest="sim_command", metavar="ACTION")
     ssub.required = True

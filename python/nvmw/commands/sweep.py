@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from nvmw.commands import SUMMARIES
 from nvmw.commands._args import check_output_dir, float_in, fraction, int_in, nonneg_int, positive_float, positive_int
 from nvmw.commands._util import ensure_pmem_force, print_json
 from nvmw.lab.sweep import SweepConfig, quick_config, run_sweep
@@ -23,7 +24,7 @@ def _int_list(text: str) -> tuple:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "sweep", help="concurrency sweep: no control vs a grid of I/B pool sizes (CSV, JSON, PNG)",
+        "sweep", help=SUMMARIES["sweep"],
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-o", "--out", default="sweep-out", help="output directory (default %(default)s)")
     p.add_argument("--quick", action="store_true",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from nvmw.commands import SUMMARIES
 from nvmw.commands._args import fraction, int_in, nonneg_int, positive_float, positive_int
 from nvmw.commands._util import print_json
 from nvmw.errors import NvmwError
@@ -12,7 +13,7 @@ from nvmw.workloads.traces import read_trace, synth, trace_stats
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("trace", help="synthesise or summarise storage-access traces",
+    p = sub.add_parser("trace", help=SUMMARIES["trace"],
                        description="Synthetic traces and trace statistics (docs/workloads-trace.md).")
     tsub = p.add_subparsers(dest="trace_command", metavar="ACTION")
     tsub.required = True

@@ -10,6 +10,7 @@ import json
 import os
 import time
 
+from nvmw.commands import SUMMARIES
 from nvmw.commands._args import (add_backend_args, add_env_args, check_output_file, env_from_args, fraction,
                                  nonneg_int, positive_int, runner_from_args)
 from nvmw.lab.runs import run_header
@@ -20,7 +21,7 @@ from nvmw.workloads.phases import DEFAULT_PHASES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="pretrain + Q-learning per phase; saves the agent",
+    p = sub.add_parser("train", help=SUMMARIES["train"],
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_env_args(p)
     p.add_argument("--transitions", default=None, help="pretraining data from `nvmw collect` (default: "

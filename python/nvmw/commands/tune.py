@@ -6,13 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 
+from nvmw.commands import SUMMARIES
 from nvmw.commands._args import int_in, nonneg_int
 from nvmw.rl.agent import REWARD_TRANSFORMS
 from nvmw.rl.pretrain import GRIDS, load_transitions, tune_models
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("tune", help="cross-validated hyperparameter search for the nine Q models",
+    p = sub.add_parser("tune", help=SUMMARIES["tune"],
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("transitions", help="file written by `nvmw collect`")
     p.add_argument("--out", required=True, help="JSON with the chosen parameters per action")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from nvmw.commands import SUMMARIES
 from nvmw.commands._args import add_pool_args, add_store_args, argv_of, fraction, int_in, nonneg_float, nonneg_int, pool_config, pool_path, positive_float, positive_int
 from nvmw.commands._util import cores, print_json
 from nvmw.middleware import Middleware
@@ -12,7 +13,7 @@ from nvmw.workloads.ycsb import YcsbConfig, measure_capacity, run_ycsb
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "ycsb", help="YCSB-style closed-loop workload (client-side p50/p99/throughput)",
+        "ycsb", help=SUMMARIES["ycsb"],
         description="Load RECORDS records, then run closed-loop client threads issuing reads, "
         "updates and inserts through the middleware; report client-side latency and throughput "
         "per operation type. --capacity instead measures the most ops/s this generator can "
