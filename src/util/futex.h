@@ -20,6 +20,7 @@
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -37,6 +38,20 @@ static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
 inline void FutexWait(std::atomic<uint32_t>* word, uint32_t expected) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, nullptr,
           nullptr, 0);
+}
+
+// Sleeps while *word == expected, at most until CLOCK_MONOTONIC (steady_clock, NowNs())
+// reads `deadline_ns`. Returns on a wake-up, the deadline, a signal or a changed value:
+// callers re-check both their condition and the clock.
+inline void FutexWaitUntil(std::atomic<uint32_t>* word, uint32_t expected, int64_t deadline_ns) {
+  if (deadline_ns < 0) deadline_ns = 0;
+  timespec ts;
+  ts.tv_sec = static_cast<time_t>(deadline_ns / 1000000000);
+  ts.tv_nsec = static_cast<long>(deadline_ns % 1000000000);
+  // FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC deadline (FUTEX_WAIT a relative
+  // one), so a wait resumed after a signal does not drift.
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_BITSET_PRIVATE, expected, &ts,
+          nullptr, FUTEX_BITSET_MATCH_ANY);
 }
 
 // Wakes up to `n` threads sleeping on `word` (INT_MAX: all). Does not touch *word.

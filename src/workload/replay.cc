@@ -2,8 +2,6 @@
 // the Middleware at their scheduled times; latency counted from the schedule.
 #include "nvmw/replay.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -20,23 +18,11 @@
 #include "util/clock.h"
 #include "util/histogram.h"
 #include "util/rng.h"
+#include "util/stop_signal.h"
 
 namespace nvmw {
 
 namespace {
-
-// Sleeps until the absolute steady-clock time `until_ns` (same epoch as NowNs) or
-// until *stop, checking the flag every few ms so Stop() is prompt. A sleep, never a
-// spin: replays run hundreds of clients on two cores.
-void SleepUntil(int64_t until_ns, const std::atomic<bool>& stop) {
-  constexpr int64_t kSliceNs = 5'000'000;
-  while (!stop.load(std::memory_order_relaxed)) {
-    int64_t now = NowNs();
-    if (now >= until_ns) return;
-    int64_t wake = std::min(until_ns, now + kSliceNs);
-    std::this_thread::sleep_for(std::chrono::nanoseconds(wake - now));
-  }
-}
 
 // One per client thread, merged at Join, so the hot path never shares a cache line with
 // another client (an idle client's histograms allocate nothing).
@@ -74,7 +60,7 @@ struct Replay::Impl {
   std::atomic<uint64_t> issued{0};
   std::atomic<uint64_t> completed{0};
   std::atomic<int> live{0};
-  std::atomic<bool> stop{false};
+  StopSignal stop;  // clients sleep on it until their next request is due
   std::atomic<bool> cut_short{false};
   bool started = false;
 
@@ -135,7 +121,7 @@ struct Replay::Impl {
     std::mutex err_mu;
     Status first_error;
     auto worker = [&] {
-      while (!stop.load(std::memory_order_relaxed)) {
+      while (!stop.stopped()) {
         size_t i = next.fetch_add(1);
         if (i >= keys.size()) return;
         std::string_view value(value_buf.data(), keys[i].second);
@@ -161,7 +147,7 @@ struct Replay::Impl {
     worker();
     for (auto& t : pool) t.join();
     if (!first_error.ok()) return first_error;
-    if (stop.load()) return Status::Shutdown("replay: stopped during the preload");
+    if (stop.stopped()) return Status::Shutdown("replay: stopped during the preload");
     preloaded = true;
     preloaded_keys = keys.size();
     preload_s = static_cast<double>(NowNs() - t0) / 1e9;
@@ -174,7 +160,7 @@ struct Replay::Impl {
                                ? start_ns + static_cast<int64_t>(options.duration_s * 1e9)
                                : INT64_MAX;
     std::string value_out;
-    while (!stop.load(std::memory_order_relaxed)) {
+    while (!stop.stopped()) {
       uint64_t i = cursor.fetch_add(1, std::memory_order_relaxed);
       uint64_t pass = i / n;
       if (pass > 0 && !options.loop) break;
@@ -184,8 +170,7 @@ struct Replay::Impl {
         cut_short.store(true, std::memory_order_relaxed);
         break;
       }
-      SleepUntil(due, stop);
-      if (stop.load(std::memory_order_relaxed)) break;
+      if (!stop.SleepUntil(due)) break;
       int64_t issue = NowNs();
       if (issue >= end_ns) {  // fell so far behind that the run is over
         cut_short.store(true, std::memory_order_relaxed);
@@ -204,7 +189,7 @@ struct Replay::Impl {
       completed.fetch_add(1, std::memory_order_relaxed);
       // A stopped middleware will refuse everything that follows: end the replay
       // rather than keep issuing (possibly forever, when looping) into a closed store.
-      if (s.IsShutdown()) stop.store(true, std::memory_order_relaxed);
+      if (s.IsShutdown()) stop.Set();
       uint64_t lat = static_cast<uint64_t>(std::max<int64_t>(0, done - due));
       uint64_t svc = static_cast<uint64_t>(std::max<int64_t>(0, done - issue));
       st->lag.Record(static_cast<uint64_t>(std::max<int64_t>(0, issue - due)));
@@ -301,7 +286,7 @@ Status Replay::Start(Middleware* mw) {
   if (!s.ok()) return s;
   m.owner.reset();  // a raw pointer is not owned
   m.mw = mw;
-  m.stop.store(false);
+  m.stop.Reset();
   if (m.options.preload && !m.preloaded) {
     s = m.Preload();
     if (!s.ok()) return s;
@@ -324,7 +309,7 @@ Status Replay::Start(Middleware* mw) {
   } catch (const std::system_error& e) {
     // Could not start every client: stop and join the ones that started, report it.
     size_t started = m.clients.size();
-    m.stop.store(true);
+    m.stop.Set();
     for (auto& t : m.clients) t.join();
     m.clients.clear();
     m.live.store(0);  // the clients never started count as finished (running() is false)
@@ -335,7 +320,7 @@ Status Replay::Start(Middleware* mw) {
   return Status::OK();
 }
 
-void Replay::Stop() { impl_->stop.store(true); }
+void Replay::Stop() { impl_->stop.Set(); }
 
 Status Replay::Join(ReplayResult* result) {
   Impl& m = *impl_;
@@ -391,7 +376,7 @@ Status Replay::Join(ReplayResult* result) {
   r.preloaded_keys = m.preloaded_keys;
   r.preload_s = m.preload_s;
   r.offered_ops_per_s = m.offered_ops_per_s;
-  r.stopped = m.stop.load() || m.cut_short.load();
+  r.stopped = m.stop.stopped() || m.cut_short.load();
   *result = r;
   return Status::OK();
 }

@@ -14,6 +14,7 @@
 
 #include "util/histogram.h"
 #include "util/rng.h"
+#include "util/stop_signal.h"
 #include "workload/ycsb_generators.h"
 
 namespace nvmw {
@@ -114,7 +115,7 @@ struct YcsbGenerator::Impl {
   Middleware* mw = nullptr;
   Engine* db = nullptr;
 
-  std::atomic<bool> stop{false};
+  StopSignal stop;  // paced clients sleep on it until their next request is due
   std::atomic<uint64_t> next_op{0};      // operations claimed (operation_count limit)
   std::atomic<uint64_t> next_insert{0};  // record number of the next insert
   std::atomic<uint64_t> inserted{0};     // keys reads/updates may pick: [0, inserted)
@@ -141,14 +142,10 @@ struct YcsbGenerator::Impl {
   void Sleep(Clock::time_point until);
 };
 
-// Sleeps in short slices so that Stop() ends a paced client promptly.
+// Sleeps until `until` or Stop(), whichever comes first.
 void YcsbGenerator::Impl::Sleep(Clock::time_point until) {
-  constexpr auto kSlice = std::chrono::milliseconds(20);
-  while (!stop.load(std::memory_order_relaxed)) {
-    const auto now = Clock::now();
-    if (now >= until) return;
-    std::this_thread::sleep_for(std::min<Clock::duration>(until - now, kSlice));
-  }
+  stop.SleepUntil(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(until.time_since_epoch()).count());
 }
 
 void YcsbGenerator::Impl::Client(int t) {
@@ -174,7 +171,7 @@ void YcsbGenerator::Impl::Client(int t) {
   auto due = run_start + period * t / opt.threads;
   const double interval_ns = opt.interval_s * 1e9;
 
-  while (!stop.load(std::memory_order_relaxed)) {
+  while (!stop.stopped()) {
     if (opt.operation_count > 0 &&
         next_op.fetch_add(1, std::memory_order_relaxed) >= opt.operation_count) {
       break;
@@ -183,7 +180,7 @@ void YcsbGenerator::Impl::Client(int t) {
     if (paced) {
       if (has_deadline && due >= deadline) break;
       if (due > begin) Sleep(due);
-      if (stop.load(std::memory_order_relaxed)) break;
+      if (stop.stopped()) break;
       begin = due;  // latency from the scheduled start (coordinated omission)
       due += period;
     } else if (has_deadline && begin >= deadline) {
@@ -313,7 +310,7 @@ Status YcsbGenerator::Load() {
         const uint64_t lo = m.opt.record_count * t / n_threads;
         const uint64_t hi = m.opt.record_count * (t + 1) / n_threads;
         uint64_t ok = 0;
-        for (uint64_t k = lo; k < hi && !m.stop.load(std::memory_order_relaxed); ++k) {
+        for (uint64_t k = lo; k < hi && !m.stop.stopped(); ++k) {
           ycsb::BuildKey(k, &key);
           Status ps = m.Write(key, value);
           if (ps.ok()) {
@@ -332,7 +329,7 @@ Status YcsbGenerator::Load() {
     // report it (std::thread's exception must not escape: it would terminate).
     thread_error = "ycsb: could not start load thread " + std::to_string(loaders.size() + 1) + " of " +
                    std::to_string(n_threads) + " (" + e.what() + ")";
-    m.stop.store(true, std::memory_order_relaxed);
+    m.stop.Set();
   }
   for (auto& th : loaders) th.join();
   m.load_s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -381,7 +378,7 @@ Status YcsbGenerator::Start() {
     // The operating system refused a client thread: stop and join the clients already
     // running, and report it instead of letting std::thread's exception terminate.
     const int started = static_cast<int>(m.threads.size());
-    m.stop.store(true, std::memory_order_relaxed);
+    m.stop.Set();
     m.live_clients.fetch_sub(m.opt.threads - started, std::memory_order_release);
     for (int t = started; t < m.opt.threads; ++t) m.stats[t]->end = m.run_start;
     for (auto& th : m.threads) th.join();
@@ -392,7 +389,7 @@ Status YcsbGenerator::Start() {
   return Status::OK();
 }
 
-void YcsbGenerator::Stop() { impl_->stop.store(true, std::memory_order_relaxed); }
+void YcsbGenerator::Stop() { impl_->stop.Set(); }
 
 Status YcsbGenerator::Join() {
   for (auto& th : impl_->threads) {
