@@ -2,8 +2,11 @@
 # Remakes everything the RL commands ship for the emulated optane-1dimm device, from a
 # sweep of this machine's real middleware (docs/rl.md, docs/sim.md), in order:
 #   a. sweep: every (interactive, batch) pair of the grid in every default phase, fixed, at
-#      0.1 s windows, then no-control windows of every phase (nvmw calibrate);
-#   b. SLA spec and oracle table from the sweep (rule attain);
+#      0.1 s windows; then each phase's best configuration measured again on fresh windows
+#      (CONFIRM_RUNS rounds of CONFIRM_WINDOWS windows, other stretches of the workload),
+#      whose latency promise the SLA takes; then no-control windows of every phase
+#      (nvmw calibrate);
+#   b. SLA spec and oracle table from the sweep and its confirmation windows (rule attain);
 #   c. simulator fit (caller-runs execution, spin_us fitted too) and its check against the
 #      sweep, before (the previous fit) and after, with the check figure;
 #   d. the agent (scripts/train-agent.sh on the new fit and SLA) as a candidate, and a short
@@ -20,10 +23,11 @@
 # (bench/, python/nvmw/data/{sla,sim,agents}/, docs/sim-check.png) after each step.
 # --dry-run: a tiny version of every step (2 grid values, 1 window, a few episodes) whose
 # results stay in build/recalibrate-dry.
-# Knobs (environment): GRID ("1 2 4 8 16 32"), WINDOWS (12), NC_WINDOWS (40), FIT_EVALS (100),
-# FIT_WINDOWS (4), SEED (3), EVAL_SEEDS ("0 1 2 3 4 5"), and train-agent.sh's NVMW_* variables. The defaults are the
-# shipped run's: the sweep takes about 5 min, the fit 4 min, the agent (thesis scale) 15 min
-# on 2 cores.
+# Knobs (environment): GRID ("1 2 4 8 16 32"), WINDOWS (36), CONFIRM_RUNS (3),
+# CONFIRM_WINDOWS (100), NC_WINDOWS (40), FIT_EVALS (100),
+# FIT_WINDOWS (4), SEED (3), EVAL_SEEDS ("0 1 2 3 4 5"), AGENT (1; 0 skips step d), and
+# train-agent.sh's NVMW_* variables. The defaults are the shipped run's: on 2 cores the sweep
+# takes about 14 min, its confirmation 3.5 min, the fit 4 min, the agent (thesis scale) 15 min.
 # Needs the package installed (scripts/setup.sh) or NVMW_DEV_CORE_DIR/PYTHONPATH set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +51,7 @@ if (( dry )); then
   check_png=$work/sim-check.png check_json=$work/results-sim-check.json agents=$work/agents
   start=$work/sim-fit-start.json
   eval_steps=60 eval_switch=10 : "${EVAL_SEEDS:=0}"
+  : "${CONFIRM_RUNS:=1}" "${CONFIRM_WINDOWS:=2}"
 else
   work=build/recalibrate
   sweep=bench/results-calibration-sweep.json nc=bench/results-nocontrol-windows.json
@@ -55,7 +60,7 @@ else
   agents=python/nvmw/data/agents
   start=bench/sim-fit-start.json eval_steps=1200 eval_switch=200
 fi
-: "${EVAL_SEEDS:=0 1 2 3 4 5}" "${GRID:=1 2 4 8 16 32}" "${WINDOWS:=12}" "${NC_WINDOWS:=40}" "${FIT_EVALS:=100}" "${FIT_WINDOWS:=4}" "${SEED:=3}"
+: "${EVAL_SEEDS:=0 1 2 3 4 5}" "${GRID:=1 2 4 8 16 32}" "${WINDOWS:=36}" "${CONFIRM_RUNS:=3}" "${CONFIRM_WINDOWS:=100}" "${NC_WINDOWS:=40}" "${FIT_EVALS:=100}" "${FIT_WINDOWS:=4}" "${SEED:=3}"
 mkdir -p "$work" "$agents"
 if (( force )); then
   rm -f "$work"/sweep.json "$work"/nocontrol.json "$work"/cal.toml "$work"/cal.oracle.json "$work"/sla.toml \
@@ -69,9 +74,9 @@ grid=($GRID)
 
 # a. The sweep of the real middleware, then the no-control windows.
 if [[ ! -s "$work/sweep.json" ]]; then
-  step "a. sweep: grid ${grid[*]}, $WINDOWS windows per configuration, $NC_WINDOWS no-control windows per phase"
+  step "a. sweep: grid ${grid[*]}, $WINDOWS windows per configuration, $CONFIRM_RUNS x $CONFIRM_WINDOWS confirmation windows, $NC_WINDOWS no-control windows per phase"
   nvmw calibrate --env real --device "$dev" --window 0.1 --windows "$WINDOWS" --grid "${grid[@]}" --seed "$SEED" \
-    --no-control-windows "$NC_WINDOWS" --no-control-out "$work/nocontrol.tmp.json" \
+    --confirm-runs "$CONFIRM_RUNS" --confirm-windows "$CONFIRM_WINDOWS" --no-control-windows "$NC_WINDOWS" --no-control-out "$work/nocontrol.tmp.json" \
     --out "$work/cal.toml" --sweep-out "$work/sweep.tmp.json"
   mv "$work/nocontrol.tmp.json" "$work/nocontrol.json"
   mv "$work/sweep.tmp.json" "$work/sweep.json"
@@ -142,7 +147,14 @@ print("\n".join(rows))
 EOF
 
 # d. The agent on the new simulator fit and SLA (a candidate), then a simulated evaluation of
-# the line-up with the candidate and the previously shipped agent side by side.
+# the line-up with the candidate and the previously shipped agent side by side. AGENT=0 skips
+# it: the agent acts on the window's raw features, not on the goals, so a new SLA alone does
+# not change what it does.
+if [[ "${AGENT:-1}" == 0 ]]; then
+  step "d. skipped (AGENT=0): the shipped agent stays"
+  step "done: $sweep $nc $sla $oracle $sim $check_png"
+  exit 0
+fi
 cand=$work/candidate
 mkdir -p "$cand"
 [[ -s "$work/previous-agent.joblib" ]] || cp "$agents/qlearning-$dev.joblib" "$work/previous-agent.joblib" 2>/dev/null || true

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from nvmw.cli import main
-from nvmw.lab.calibration import load_sweep, no_control_windows
+from nvmw.lab.calibration import load_confirmation, load_sweep, no_control_windows, promise_configs
 from nvmw.lab.simfit import FITTABLE, fit
 from nvmw.rl.envs import SyntheticEnv
 from nvmw.rl.sim import FIT_NAMES, default_params
@@ -29,6 +29,31 @@ def test_calibrate_writes_no_control_windows_apart_from_the_sweep(tmp_path, caps
         assert all(c != [0, 0] for c in json.load(fh)["table"].values())
     assert main(["calibrate", "--env", "synthetic", "--no-control-windows", "3",
                  "--out", str(tmp_path / "x.toml")]) == 2
+
+
+def test_calibrate_confirms_each_phase_promise_and_keeps_the_windows_with_the_sweep(tmp_path, capsys):
+    out = lambda name: str(tmp_path / name)  # noqa: E731
+    assert main(["calibrate", "--env", "synthetic", "--grid", "2", "8", "--windows", "2", "--phases", "1", "3",
+                 "--confirm-runs", "2", "--confirm-windows", "3", "--sweep-out", out("sweep.json"),
+                 "--out", out("spec.toml")]) == 0
+    first = json.loads(capsys.readouterr().out)
+    rows, header = load_sweep(out("sweep.json"))
+    confirm = load_confirmation(out("sweep.json"))
+    chosen = promise_configs(rows)
+    # 2 rounds x 3 windows of each phase's chosen configuration, and nothing else.
+    assert sorted((r["phase"], r["interactive_threads"], r["batch_threads"]) for r in confirm) == sorted(
+        (ph, *cfg) for ph, cfg in chosen.items() for _ in range(6))
+    assert header["confirmation"]["runs"] == 2 and len(rows) == 2 * 4 * 2
+    for ph, promise in first["promise_per_phase"].items():
+        assert promise["confirm_windows"] == 6 and promise["config"] == "I{}B{}".format(*chosen[int(ph)])
+    # Derived again from the file: the saved windows are used, nothing is measured, same goal.
+    assert main(["calibrate", "--env", "synthetic", "--from-sweep", out("sweep.json"), "--out", out("again.toml")]) == 0
+    assert json.loads(capsys.readouterr().out)["lat_goal_us"] == first["lat_goal_us"]
+    # --confirm-windows 0: the promise from the sweep windows that chose it.
+    assert main(["calibrate", "--env", "synthetic", "--from-sweep", out("sweep.json"), "--confirm-windows", "0",
+                 "--out", out("in.toml")]) == 0
+    in_sample = json.loads(capsys.readouterr().out)
+    assert all("confirm_windows" not in p for p in in_sample["promise_per_phase"].values())
 
 
 def test_no_control_windows_needs_a_no_control_env():

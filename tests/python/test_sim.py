@@ -10,7 +10,7 @@ from gymnasium.utils.env_checker import check_env
 from nvmw import _core
 from nvmw.cli import main
 from nvmw.control.controllers import Fixed, NoControl
-from nvmw.lab.calibration import derive_spec
+from nvmw.lab.calibration import derive_spec, promise_configs
 from nvmw.lab.evaluation import evaluate_controllers
 from nvmw.lab.runs import data_path
 from nvmw.lab.simfit import compare, fit, per_config, simulate_sweep
@@ -207,6 +207,50 @@ def test_attain_rule_pools_throughput_windows_of_configurations_delivering_the_s
     assert spec0.tp_goal == pytest.approx(785.0)
     with pytest.raises(ValueError, match="tp_peer"):
         derive_spec(rows, tp_peer=1.5)
+
+
+def test_attain_rule_takes_the_promise_from_confirmation_windows():
+    # The sweep chooses I1B1 (q0.9 181 < I1B2's 860); its confirmation windows, measured
+    # later, are 300..390 (q0.9 381): the promise and lat_goal are 381, not 181. Windows
+    # of another configuration in the confirmation are ignored.
+    rows = _sweep_rows([(1, 1, lambda k: 100 + 10 * k, lambda k: 1000.0),
+                        (1, 2, lambda k: 50 + 100 * k, lambda k: 1000.0)])
+    again = _sweep_rows([(1, 1, lambda k: 300 + 10 * k, lambda k: 1000.0),
+                         (1, 2, lambda k: 10.0, lambda k: 1000.0)])
+    spec, rep = derive_spec(rows, rule="attain", attain=0.9, confirm_rows=again)
+    promise = rep["promise_per_phase"]["1"]
+    assert rep["confirmed"] is True and promise["config"] == "I1B1" and promise["confirm_windows"] == 10
+    assert spec.lat_goal == pytest.approx(381.0) and promise["p99_us_in_sample"] == pytest.approx(181.0)
+    assert promise_configs(rows) == {1: (1, 1)}
+    with pytest.raises(ValueError, match="I1B1"):
+        derive_spec(rows, confirm_rows=_sweep_rows([(1, 2, lambda k: 10.0, lambda k: 1000.0)]))
+
+
+def test_confirmation_corrects_the_winners_curse_of_a_sweep():
+    # 36 configurations that are all alike: a window's p99 is 100 us x exp(0.5 a + 0.3 e),
+    # a drawn once per stretch of workload and e per window. A sweep runs each
+    # configuration on one stretch (12 windows), so the smallest of the 36 quantiles is the
+    # configuration that got the calmest stretch; the confirmation (4 new stretches of 30
+    # windows) estimates what the choice keeps. The promise every configuration truly keeps
+    # is the 0.9-quantile over stretches and windows, here from a large sample.
+    rng = np.random.default_rng(7)
+    truth = float(np.quantile(100.0 * np.exp(0.5 * rng.standard_normal(200_000)
+                                             + 0.3 * rng.standard_normal(200_000)), 0.9))
+
+    def stretch(i, b, n, phase=1):
+        a = rng.standard_normal()
+        return [{"phase": phase, "interactive_threads": i, "batch_threads": b, "throughput": 1000.0,
+                 "p99_us": float(100.0 * np.exp(0.5 * a + 0.3 * rng.standard_normal()))} for _ in range(n)]
+
+    in_sample, confirmed = [], []
+    for _ in range(20):
+        rows = [r for i in range(1, 7) for b in range(1, 7) for r in stretch(i, b, 12)]
+        (cfg,) = promise_configs(rows).values()
+        again = [r for _ in range(4) for r in stretch(*cfg, 30)]
+        in_sample.append(derive_spec(rows)[0].lat_goal)
+        confirmed.append(derive_spec(rows, confirm_rows=again)[0].lat_goal)
+    assert np.mean(in_sample) < 0.6 * truth
+    assert abs(np.median(confirmed) / truth - 1) < 0.25
 
 
 def test_interleaved_and_sequential_evaluation_agree_on_a_deterministic_env():

@@ -17,7 +17,8 @@ import time
 from nvmw.commands import SUMMARIES
 from nvmw.commands._args import check_output_file, fraction, nonneg_int, positive_float, positive_int
 from nvmw.commands._args import add_env_args, argv_of, env_from_args
-from nvmw.lab.calibration import calibrate, load_sweep, no_control_windows, save_oracle, save_sweep, sweep_env
+from nvmw.lab.calibration import (calibrate, confirm_env, load_confirmation, load_sweep, no_control_windows,
+                                  promise_configs, save_oracle, save_sweep, sweep_env)
 from nvmw.lab.capacity import DEFAULT_CLIENTS, measure_capacity
 from nvmw.lab.runs import run_header
 from nvmw.workloads.phases import DEFAULT_PHASES
@@ -38,6 +39,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "medians (the first calibration)")
     p.add_argument("--attain", type=fraction, default=0.9,
                    help="rule attain: fraction of windows the goals must hold (default %(default)s)")
+    p.add_argument("--confirm-windows", type=nonneg_int, default=30,
+                   help="rule attain: after the sweep, re-measure each phase's chosen configuration for "
+                   "this many windows per round and take its promise from those windows, not from the "
+                   "sweep windows that chose it (default %(default)s; 0: promise from the sweep)")
+    p.add_argument("--confirm-runs", type=positive_int, default=4,
+                   help="rounds over the phases of that re-measurement, each on another stretch of the "
+                   "phase's workload (default %(default)s)")
     p.add_argument("--quantile", type=fraction, default=0.25,
                    help="rule quantile: goal quantile across configurations (default %(default)s)")
     p.add_argument("--out", default=None, help="SLA spec TOML to write (with --capacity: the capacity JSON)")
@@ -97,8 +105,10 @@ def run(args) -> int:
         print("nvmw calibrate: --no-control-windows needs --no-control-out", file=sys.stderr)
         return 2
     t0 = time.monotonic()
+    confirm: list = []
     if args.from_sweep:
         rows, header = load_sweep(args.from_sweep)
+        confirm = load_confirmation(args.from_sweep)
         if header is None:
             env = env_from_args(args)
             header = run_header(args.env, env)
@@ -112,6 +122,18 @@ def run(args) -> int:
             header = run_header(args.env, env, phases=args.phases, **_measured(args))
         finally:
             env.close()
+        if args.sweep_out:  # kept at once: minutes of measurement
+            save_sweep(args.sweep_out, rows, {k: v for k, v in header.items() if k != "sla"})
+    if args.rule == "attain" and args.confirm_windows and not confirm:
+        env = env_from_args(args)
+        env.max_episode_steps = 10**9
+        try:
+            confirm = confirm_env(env, promise_configs(rows, args.attain), runs=args.confirm_runs,
+                                  windows=args.confirm_windows, seed=args.seed, progress=True)
+        finally:
+            env.close()
+        header = {**header, "confirmation": {"runs": args.confirm_runs, "windows": args.confirm_windows,
+                                             **_measured(args)}}
     if args.no_control_windows and not args.from_sweep:
         env = env_from_args(args, control=False)
         env.max_episode_steps = 10**9
@@ -128,14 +150,21 @@ def run(args) -> int:
     name = f"calibrated-{args.device if args.env == 'real' else args.env}"
     notes = (f"nvmw calibrate on {header.get('cpu', 'an unknown CPU')}: {header['cores']} cores, env {args.env}, device {header['device']}, "
              f"window {args.window} s, grid {args.grid}, {args.windows} windows/config, rule {args.rule} "
-             + (f"attain {args.attain}" if args.rule == "attain" else f"quantile {args.quantile}"))
-    spec, table, report = calibrate(rows, rule=args.rule, attain=args.attain, quantile=args.quantile,
-                                    name=name, notes=notes)
+             + (f"attain {args.attain}" + (f", promises from {args.confirm_runs} x {args.confirm_windows} "
+                                          "confirmation windows" if args.confirm_windows else ", promises in-sample")
+                if args.rule == "attain" else f"quantile {args.quantile}"))
+    if args.sweep_out:  # first: a sweep is minutes of measurement, whatever the derivation says
+        save_sweep(args.sweep_out, rows, header, confirm)
+    try:
+        spec, table, report = calibrate(rows, rule=args.rule, attain=args.attain, quantile=args.quantile,
+                                        confirm_rows=confirm if args.confirm_windows else None,
+                                        name=name, notes=notes)
+    except ValueError as e:
+        print(f"nvmw calibrate: {e}", file=sys.stderr)
+        return 2
     spec.save(args.out)
     oracle_out = args.oracle_out or os.path.splitext(args.out)[0] + ".oracle.json"
     save_oracle(oracle_out, report, name, header)
-    if args.sweep_out:
-        save_sweep(args.sweep_out, rows, header)
     print(json.dumps({"spec": args.out, "oracle": oracle_out, "lat_goal_us": spec.lat_goal,
                       "tp_goal_ops_per_s": spec.tp_goal, "oracle_table": report["oracle"],
                       "feasible_fraction_per_phase": report["feasible_fraction_per_phase"],
