@@ -13,7 +13,7 @@ from nvmw.rl import pretrain
 from nvmw.rl.envs import ControlEnv, SeqPhaseEnv
 from nvmw.workloads import capacity as cap_mod
 from nvmw.workloads import phases
-from nvmw.workloads.capacity import Capacity, load_capacity, rate_for
+from nvmw.workloads.capacity import CAPACITY_DIR, Capacity, load_capacity, rate_for, shipped_capacity_path
 
 
 def _cap_dict(write=2e9, read=6e9, inter=1e6, device="test-dev"):
@@ -171,3 +171,13 @@ def test_calibrate_capacity_needs_a_modelled_device(capsys):
     assert main(["calibrate", "--capacity", "--device", "none", "--capacity-clients", "1",
                  "--capacity-duration", "0.05"]) == 2
     assert "no model" in capsys.readouterr().err
+
+
+def test_describe_names_a_shipped_file_by_name_and_another_by_path(tmp_path):
+    shipped = load_capacity()
+    assert shipped.describe().endswith("(shipped optane-1dimm.json)")
+    assert CAPACITY_DIR not in shipped.describe()
+    own = tmp_path / "mine.json"
+    with open(shipped_capacity_path(), encoding="utf-8") as src:
+        own.write_text(src.read())
+    assert load_capacity(str(own)).describe().endswith(f"({own})")

@@ -54,9 +54,13 @@ class Capacity:
     """The rest of the file (how it was measured)."""
 
     def describe(self) -> str:
+        source = self.source
+        if source and os.path.dirname(os.path.abspath(source)) == CAPACITY_DIR:
+            # A shipped file by its name: the install path says nothing about the numbers.
+            source = f"shipped {os.path.basename(source)}"
         return (f"capacity {self.device}: write {self.write_bytes_per_s / 1e9:.2f} GB/s, read "
                 f"{self.read_bytes_per_s / 1e9:.2f} GB/s, interactive {self.interactive_ops_per_s:,.0f} ops/s"
-                + (f" ({self.source})" if self.source else ""))
+                + (f" ({source})" if source else ""))
 
 
 def shipped_capacity_path(device: str = DEFAULT_CAPACITY) -> str:
