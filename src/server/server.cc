@@ -630,12 +630,12 @@ void Server::Impl::MoveConns(IoThread* io) {
         if (!to->adopt_closed) {
           to->adopt.push_back(std::move(node.mapped()));
           handed = true;
+          Wake(to);  // under the lock, as in Post: the other loop cannot exit before it
         }
       }
       if (handed) {
         // From here on the connection belongs to the other loop: not touched again here.
         if (to->batch) batch_moves.fetch_add(1, std::memory_order_relaxed);
-        Wake(to);
         continue;
       }
       c->io = io;  // the other loop has ended (Stop): the connection stays
@@ -675,12 +675,13 @@ void Server::Impl::AdoptConns(IoThread* io) {
 
 void Server::Impl::Post(Conn* c) {
   IoThread* io = c->io;
-  bool was_empty;
-  {
-    std::lock_guard<std::mutex> lock(io->mailbox_mu);
-    was_empty = io->mailbox.empty();
-    io->mailbox.push_back(c);
-  }
+  // The wake-up is written under the mailbox lock. The loop takes a connection out of the
+  // mailbox only under that lock, and once it has it the loop may finish the request,
+  // close the connection and exit, and Stop then closes the eventfd: a write after the
+  // unlock could reach a closed (or reused) descriptor.
+  std::lock_guard<std::mutex> lock(io->mailbox_mu);
+  const bool was_empty = io->mailbox.empty();
+  io->mailbox.push_back(c);
   if (was_empty) Wake(io);
 }
 
