@@ -65,14 +65,14 @@ def _median_p99(phase, threads, windows=30, control=True, seed=0):
 
 def test_fitted_model_keeps_the_measured_shape():
     # What the real sweep shows (bench/results-calibration-sweep.json, caller-runs
-    # middleware, Intel Xeon): in phase 4 one interactive permit is worse than several
-    # (median p99 I1/B1 114 us vs I8/B1 43 us), and many batch permits raise the
-    # interactive p99 (I8/B32 240 us). The fit keeps both directions but not the first
-    # one's size: its phase-4 p99 has a floor near 180 us, so I1/B1 comes out only ~1.2x
-    # I8/B1 (docs/sim.md). (With caller-runs, phase 1 no longer shows the first effect:
-    # its interactive load is light enough for one permit.)
+    # middleware, the 2-vCPU AMD EPYC VM): in phase 4 one interactive permit is worse than
+    # several (median p99 I1/B1 127 us vs I8/B1 46 us), and many batch permits raise the
+    # interactive p99 (I8/B32 56 us, 1.23x). The fit keeps both directions but not the
+    # first one's size: its phase-4 p99 has a floor near 150 us, so I1/B1 comes out only
+    # ~1.2x I8/B1 (docs/sim.md). (With caller-runs, phase 1 no longer shows the first
+    # effect: its interactive load is light enough for one permit.)
     assert _median_p99(4, (1, 1)) > 1.1 * _median_p99(4, (8, 1))
-    assert _median_p99(4, (8, 32)) > 1.3 * _median_p99(4, (8, 1))
+    assert _median_p99(4, (8, 32)) > 1.1 * _median_p99(4, (8, 1))
 
 
 def test_switch_phase_keeps_threads_and_changes_load():
