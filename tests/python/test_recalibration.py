@@ -5,6 +5,7 @@ import json
 import pytest
 
 from nvmw.cli import main
+from nvmw.control.sla import SLASpec
 from nvmw.lab.calibration import load_confirmation, load_sweep, no_control_windows, promise_configs
 from nvmw.lab.simfit import FITTABLE, fit
 from nvmw.rl.envs import SyntheticEnv
@@ -49,6 +50,10 @@ def test_calibrate_confirms_each_phase_promise_and_keeps_the_windows_with_the_sw
     # Derived again from the file: the saved windows are used, nothing is measured, same goal.
     assert main(["calibrate", "--env", "synthetic", "--from-sweep", out("sweep.json"), "--out", out("again.toml")]) == 0
     assert json.loads(capsys.readouterr().out)["lat_goal_us"] == first["lat_goal_us"]
+    # The spec says how it was derived from the file's data, not from this command's defaults
+    # (4 x 30 confirmation windows, 12 windows per configuration).
+    notes = SLASpec.from_toml(out("again.toml")).notes
+    assert "grid [2, 8], 2 windows/config, rule attain 0.9, promises from 2 x 3 confirmation windows" in notes
     # --confirm-windows 0: the promise from the sweep windows that chose it.
     assert main(["calibrate", "--env", "synthetic", "--from-sweep", out("sweep.json"), "--confirm-windows", "0",
                  "--out", out("in.toml")]) == 0

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 
 from nvmw.commands import SUMMARIES
 from nvmw.commands._args import check_output_file, fraction, nonneg_int, positive_float, positive_int
@@ -93,6 +94,26 @@ def _measured(args) -> dict:
             "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
+def _notes(args, header: dict, rows: list, confirm: list) -> str:
+    """How the spec was derived, from the data it was derived from: with --from-sweep the
+    grid, window counts and confirmation rounds are the file's, not this command's defaults."""
+    per_config = Counter((r["phase"], r["interactive_threads"], r["batch_threads"]) for r in rows)
+    grid = sorted({r["interactive_threads"] for r in rows} | {r["batch_threads"] for r in rows})
+    windows = sorted(set(per_config.values()))
+    windows_text = str(windows[0]) if len(windows) == 1 else f"{windows[0]}-{windows[-1]}"
+    if args.rule != "attain":
+        rule = f"rule quantile {args.quantile}"
+    elif args.confirm_windows and confirm:
+        conf = header.get("confirmation", {})
+        rounds = f"{conf['runs']} x {conf['windows']}" if "runs" in conf and "windows" in conf else str(len(confirm))
+        rule = f"rule attain {args.attain}, promises from {rounds} confirmation windows"
+    else:
+        rule = f"rule attain {args.attain}, promises in-sample"
+    return (f"nvmw calibrate on {header.get('cpu', 'an unknown CPU')}: {header['cores']} cores, env {args.env}, "
+            f"device {header['device']}, window {header.get('window_s', args.window)} s, grid {grid}, "
+            f"{windows_text} windows/config, {rule}")
+
+
 def run(args) -> int:
     for opt in ("out", "oracle_out", "sweep_out", "no_control_out"):
         check_output_file(getattr(args, opt), "--" + opt.replace("_", "-"))
@@ -148,11 +169,7 @@ def run(args) -> int:
                                                   "windows_per_phase": args.no_control_windows})
     header = {k: v for k, v in header.items() if k != "sla"}
     name = f"calibrated-{args.device if args.env == 'real' else args.env}"
-    notes = (f"nvmw calibrate on {header.get('cpu', 'an unknown CPU')}: {header['cores']} cores, env {args.env}, device {header['device']}, "
-             f"window {args.window} s, grid {args.grid}, {args.windows} windows/config, rule {args.rule} "
-             + (f"attain {args.attain}" + (f", promises from {args.confirm_runs} x {args.confirm_windows} "
-                                          "confirmation windows" if args.confirm_windows else ", promises in-sample")
-                if args.rule == "attain" else f"quantile {args.quantile}"))
+    notes = _notes(args, header, rows, confirm)
     if args.sweep_out:  # first: a sweep is minutes of measurement, whatever the derivation says
         save_sweep(args.sweep_out, rows, header, confirm)
     try:
