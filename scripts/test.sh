@@ -9,13 +9,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=$(nproc)
 PY=${PYTHON:-python3}
+# Each stage's header says how long the run has taken so far, so a slow stage shows.
+START=$SECONDS
+stage() { echo "== $* [$((SECONDS - START)) s]"; }
 
-echo "== C++ tests (RelWithDebInfo)"
+stage "C++ tests (RelWithDebInfo)"
 cmake -S . -B build/tests -G Ninja -DNVMW_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build/tests -j"$JOBS"
 ctest --test-dir build/tests --output-on-failure -j"$JOBS"
 
-echo "== C++ middleware and server tests under ThreadSanitizer"
+stage "C++ middleware and server tests under ThreadSanitizer"
 cmake -S . -B build/tsan -G Ninja -DNVMW_BUILD_TESTS=ON -DNVMW_SANITIZE=thread \
   -DCMAKE_BUILD_TYPE=Debug >/dev/null
 # Only the test executables (and helper tools) of the given roles: bounds the sanitizer builds.
@@ -33,7 +36,7 @@ cmake --build build/tsan -j"$JOBS" --target $(role_targets middleware server)
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   setarch "$(uname -m)" -R ctest --test-dir build/tsan --output-on-failure -L 'middleware|server' -j"$JOBS"
 
-echo "== C++ middleware, engine, workload and server tests, and the Python lifetime tests, under ASan + UBSan"
+stage "C++ middleware, engine, workload and server tests, and the Python lifetime tests, under ASan + UBSan"
 # One build for both: the test executables and the module share the instrumented libraries.
 cmake -S . -B build/asan -G Ninja -DNVMW_BUILD_TESTS=ON -DNVMW_BUILD_PYTHON=ON \
   -DNVMW_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug \
@@ -59,7 +62,7 @@ NVMW_DEV_CORE_DIR="$PWD/build/asan/py" PYTHONPATH="$PWD/python" \
 if [ "${CI:-}" = "true" ]; then
   # Bounded: damaged pool images (byte patches on a small valid pool) must never
   # crash, be modified by a refused open, or serve a wrong value. A crash fails CI.
-  echo "== pool image fuzzing (300 inputs, fixed seed, at most 120 s)"
+  stage "pool image fuzzing (300 inputs, fixed seed, at most 120 s)"
   cmake -S . -B build/fuzz -G Ninja -DNVMW_BUILD_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build build/fuzz -j"$JOBS" --target pool_image_fuzz
@@ -67,18 +70,18 @@ if [ "${CI:-}" = "true" ]; then
     -max_len=256 -rss_limit_mb=4096 -timeout=60 -print_final_stats=1
   # The Redis-protocol request parser: whole and split input must agree, caps hold,
   # every command re-encodes to itself. Seeds in fuzz/corpus/resp; a crash fails CI.
-  echo "== Redis-protocol parser fuzzing (30 s, fixed seed)"
+  stage "Redis-protocol parser fuzzing (30 s, fixed seed)"
   cmake --build build/fuzz -j"$JOBS" --target resp_parser_fuzz
   mkdir -p build/fuzz/resp-corpus
   build/fuzz/resp_parser_fuzz -seed=1 -max_total_time=30 -max_len=512 -rss_limit_mb=2048 \
     -timeout=10 -print_final_stats=1 build/fuzz/resp-corpus fuzz/corpus/resp
   # SIGKILL at random moments of sync and async puts and removes through the Python API:
   # every acknowledged write must survive and none may be torn (15 s on 2 loaded cores).
-  echo "== crash harness (200 SIGKILL cycles, fixed seed)"
+  stage "crash harness (200 SIGKILL cycles, fixed seed)"
   PMEM_IS_PMEM_FORCE=1 $PY bench/crash_harness.py --cycles 200 --seed 1 \
     --json "${TMPDIR:-/tmp}/nvmw-ci-crash-harness.json"
 fi
 
-echo "== Python tests"
+stage "Python tests"
 $PY -m pytest -q tests/python
-
+stage "done"
