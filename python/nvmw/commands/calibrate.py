@@ -100,7 +100,7 @@ def _notes(args, header: dict, rows: list, confirm: list) -> str:
     per_config = Counter((r["phase"], r["interactive_threads"], r["batch_threads"]) for r in rows)
     grid = sorted({r["interactive_threads"] for r in rows} | {r["batch_threads"] for r in rows})
     windows = sorted(set(per_config.values()))
-    windows_text = str(windows[0]) if len(windows) == 1 else f"{windows[0]}-{windows[-1]}"
+    windows_text = "-".join(str(w) for w in sorted({windows[0], windows[-1]})) if windows else "0"
     if args.rule != "attain":
         rule = f"rule quantile {args.quantile}"
     elif args.confirm_windows and confirm:
