@@ -4,6 +4,7 @@ Prometheus text with the live values, stop() drains the server before the middle
 and the server gets exactly the limits it was given. (The real server with real clients:
 test_serve.py.)"""
 import shutil
+import socket
 import subprocess
 import time
 import urllib.error
@@ -157,6 +158,54 @@ def test_metrics_endpoint_over_http():
             urllib.request.urlopen(url + "/other", timeout=10)
         assert e.value.code == 404
         e.value.close()
+    finally:
+        svc.stop()
+
+
+def _read_until_closed(sock: socket.socket) -> bytes:
+    data = b""
+    while True:
+        chunk = sock.recv(65536)  # the socket's timeout bounds the wait
+        if not chunk:
+            return data
+        data += chunk
+
+
+def test_metrics_endpoint_drops_a_silent_connection():
+    svc = Service(engine="memory", window_s=0.05, port=0, metrics_port=0, server_factory=StubServer)
+    svc.metrics_idle_timeout_s = 0.2
+    svc.start()
+    try:
+        with socket.create_connection(("127.0.0.1", svc.metrics_port), timeout=30) as half:
+            half.sendall(b"GET /met")  # half a request line, then nothing
+            assert _read_until_closed(half) == b""
+        with urllib.request.urlopen(f"http://127.0.0.1:{svc.metrics_port}/metrics", timeout=10) as r:
+            assert r.status == 200
+    finally:
+        svc.stop()
+
+
+def test_metrics_endpoint_bounds_its_connections():
+    svc = Service(engine="memory", window_s=0.05, port=0, metrics_port=0, server_factory=StubServer)
+    svc.metrics_max_connections = 2
+    svc.start()
+    try:
+        addr = ("127.0.0.1", svc.metrics_port)
+        idle = [socket.create_connection(addr, timeout=30) for _ in range(2)]
+        # Accepted after the two idle ones (the listen queue is FIFO): no slot is left.
+        with socket.create_connection(addr, timeout=30) as extra:
+            extra.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            assert _read_until_closed(extra) == b""
+        for sock in idle:
+            sock.close()
+
+        def scrape_works() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://{addr[0]}:{addr[1]}/metrics", timeout=10) as r:
+                    return r.status == 200
+            except (urllib.error.URLError, ConnectionError):
+                return False
+        assert wait_until(scrape_works)
     finally:
         svc.stop()
 

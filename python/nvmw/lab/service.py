@@ -283,6 +283,11 @@ class Service:
         registry.register(_Collector(self))
         return generate_latest(registry)
 
+    #: Seconds a metrics connection may stay silent (no complete request) before it is closed.
+    metrics_idle_timeout_s = 10.0
+    #: Metrics connections served at once; more are closed at once (a scraper retries).
+    metrics_max_connections = 32
+
     def _start_metrics(self) -> None:
         service = self
 
@@ -302,10 +307,41 @@ class Service:
             def log_message(self, *args) -> None:
                 pass
 
-        http.server.ThreadingHTTPServer.daemon_threads = True
-        self._http = http.server.ThreadingHTTPServer((self.bind, int(self._metrics_port)), Handler)
+        # A connection that sends nothing, or half a request line, is dropped after this
+        # long instead of holding its handler thread for as long as the peer likes.
+        Handler.timeout = self.metrics_idle_timeout_s
+        self._http = _MetricsHTTPServer((self.bind, int(self._metrics_port)), Handler,
+                                        max_connections=self.metrics_max_connections)
         self._http_thread = threading.Thread(target=self._http.serve_forever, name="nvmw-metrics", daemon=True)
         self._http_thread.start()
+
+
+class _MetricsHTTPServer(http.server.ThreadingHTTPServer):
+    """The metrics endpoint's HTTP server: a thread per connection, as many as
+    `max_connections` at once. Beyond that a new connection is closed unanswered, so a
+    flood of idle connections costs a bounded number of threads."""
+
+    daemon_threads = True
+
+    def __init__(self, address, handler, max_connections: int):
+        self._slots = threading.BoundedSemaphore(max_connections)
+        super().__init__(address, handler)
+
+    def verify_request(self, request, client_address) -> bool:
+        return self._slots.acquire(blocking=False)
+
+    def process_request(self, request, client_address) -> None:
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()  # no thread took the slot over
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 def window_row(stats: Mapping[str, Any], metrics, threads) -> dict:
