@@ -71,7 +71,9 @@ def _call(run, command: str) -> int:
         return 130
     except (NvmwError, OSError, ValueError, OverflowError) as e:
         # Expected failures (bad input, missing or unwritable files, pool errors): one clear line.
-        print(f"nvmw {command}: error: {e}", file=sys.stderr)
+        # str() of a KeyError (NotFoundError is one) is the repr of its message: print the message.
+        message = e.args[0] if isinstance(e, KeyError) and len(e.args) == 1 else e
+        print(f"nvmw {command}: error: {message}", file=sys.stderr)
         return 1
     except MemoryError:
         print(f"nvmw {command}: error: out of memory", file=sys.stderr)

@@ -123,3 +123,13 @@ def test_pool_errors_are_one_line(capsys, tmp_path):
     code = main(["ycsb", "--engine", "pmem", "--path", str(foreign), "--duration", "0.1"])
     err = capsys.readouterr().err
     assert code != 0 and "Traceback" not in err
+
+
+def test_a_missing_file_is_one_plain_error_line(tmp_path, capsys):
+    # NotFoundError is also a KeyError, whose str() would wrap the message in quotes.
+    missing = tmp_path / "nothing.pool"
+    assert main(["check", str(missing)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"nvmw check: error: {missing}: pool file does not exist\n"
+    assert main(["device", "show", "no-such-profile"]) == 1
+    assert capsys.readouterr().err.startswith("nvmw device: error: no device profile 'no-such-profile' in ")
