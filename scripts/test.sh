@@ -3,7 +3,8 @@
 # again under ThreadSanitizer, the middleware, engine and workload suites and the
 # Python lifetime tests under AddressSanitizer + UndefinedBehaviorSanitizer, and the
 # Python suite (pytest, warnings are errors). With CI=true, also 300 fuzz inputs over damaged pool images
-# and 30 s of fuzzing the Redis-protocol parser, and 200 SIGKILL cycles of bench/crash_harness.py.
+# and 30 s of fuzzing the Redis-protocol parser, 200 SIGKILL cycles of bench/crash_harness.py,
+# and two chaos runs of bench/server_chaos.py against the server on the ASan core.
 # Expects scripts/setup.sh to have run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -83,6 +84,12 @@ if [ "${CI:-}" = "true" ]; then
   stage "crash harness (200 SIGKILL cycles, fixed seed)"
   PMEM_IS_PMEM_FORCE=1 $PY bench/crash_harness.py --cycles 200 --seed 1 \
     --json "${TMPDIR:-/tmp}/nvmw-ci-crash-harness.json"
+  # `nvmw serve` on the ASan + UBSan core: pipelines, garbage, half-sent and dropped
+  # connections, slow readers and metrics scrapes, then SIGTERM mid-traffic and a restart
+  # that reads every key back. A sanitizer report, a wrong reply or a lost write fails CI.
+  stage "server chaos under ASan + UBSan (2 runs of 6 s, fixed seeds)"
+  CXX="$CXX_" $PY bench/server_chaos.py --seeds 1 2 --seconds 6 --asan-core build/asan/py \
+    --json "${TMPDIR:-/tmp}/nvmw-ci-server-chaos.json"
 fi
 
 stage "Python tests"
