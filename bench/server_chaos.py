@@ -334,9 +334,9 @@ class Client(threading.Thread):
         self.count("connect and leave")
 
 
-def scraper(port: int, stop: threading.Event, seed: int, tally: dict) -> None:
+def scraper(port: int, terminating: threading.Event, seed: int, tally: dict) -> None:
     rng = random.Random(seed)
-    while not stop.is_set():
+    while not terminating.is_set():  # after SIGTERM a scrape may be cut off: not counted
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
                 good = rng.random() < 0.7
@@ -348,7 +348,7 @@ def scraper(port: int, stop: threading.Event, seed: int, tally: dict) -> None:
                     if not chunk:
                         break
                     data += chunk
-            if good:
+            if good and not terminating.is_set():
                 ok = data.startswith(b"HTTP/1.0 200") and b"nvmw_server_commands_total" in data
                 tally["scrapes good" if ok else "scrapes wrong"] += 1
         except OSError:
@@ -406,7 +406,7 @@ def run(seed: int, seconds: float, clients: int, asan_core: str | None, pool_dir
         stop, terminating = threading.Event(), threading.Event()
         threads = [Client(i, port, stop, terminating, seed * 1000 + i) for i in range(clients)]
         tally = {"scrapes good": 0, "scrapes wrong": 0}
-        scrape = threading.Thread(target=scraper, args=(metrics_port, stop, seed, tally), daemon=True)
+        scrape = threading.Thread(target=scraper, args=(metrics_port, terminating, seed, tally), daemon=True)
         for t in threads + [scrape]:
             t.start()
         time.sleep(seconds)
