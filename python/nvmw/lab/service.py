@@ -292,6 +292,10 @@ class Service:
         service = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            # A connection that sends nothing, or half a request line, is dropped after
+            # this long instead of holding its handler thread for as long as the peer likes.
+            timeout = service.metrics_idle_timeout_s
+
             def do_GET(self) -> None:  # noqa: N802 (http.server's spelling)
                 if self.path.split("?")[0] not in ("/metrics", "/"):
                     self.send_error(404)
@@ -307,9 +311,6 @@ class Service:
             def log_message(self, *args) -> None:
                 pass
 
-        # A connection that sends nothing, or half a request line, is dropped after this
-        # long instead of holding its handler thread for as long as the peer likes.
-        Handler.timeout = self.metrics_idle_timeout_s
         self._http = _MetricsHTTPServer((self.bind, int(self._metrics_port)), Handler,
                                         max_connections=self.metrics_max_connections)
         self._http_thread = threading.Thread(target=self._http.serve_forever, name="nvmw-metrics", daemon=True)
