@@ -165,6 +165,20 @@ const char* ClassName(RequestClass c) {
   }
 }
 
+// An integer argument by Redis's rules (string2ll): optional '-', digits, no leading
+// zero and no "-0", nothing else (no '+', no spaces), within int64.
+bool ParseRedisInt(std::string_view s, int64_t* out) {
+  if (s.empty() || s.size() > 20) return false;
+  if (s == "0") {
+    *out = 0;
+    return true;
+  }
+  const size_t digits = s[0] == '-' ? 1 : 0;
+  if (s.size() == digits || s[digits] < '1' || s[digits] > '9') return false;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && ptr == s.data() + s.size();
+}
+
 bool ValidClientName(std::string_view n) {
   for (char ch : n) {
     if (ch < '!' || ch > '~') return false;
@@ -251,8 +265,14 @@ void Server::Impl::Continue(IoThread* io, Conn* c) {
 
 void Server::Impl::Absorb(Conn* c) {
   PendingCommand& p = *c->pending;
-  const Status& s = c->result_status;
+  Status& s = c->result_status;
   const size_t i = p.next++;
+  if (s.IsInvalidArgument() && p.kind != PendingCommand::Kind::kSet && p.kind != PendingCommand::Kind::kMset) {
+    // Only the key can be invalid in a read or a delete (empty, or longer than the
+    // engine's max_key_bytes): such a key cannot have been stored, so it does not exist,
+    // as Redis answers for a key never set. Writing one is refused.
+    s = Status::NotFound();
+  }
   if (!s.ok() && !s.IsNotFound()) {
     if (p.error.empty()) {
       p.error = ErrorFor(s);
@@ -548,13 +568,31 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
     case Cmd::kMget:
       start_pending(PendingCommand::Kind::kMget, args.size() - 1);
       return;
-    case Cmd::kMset:
+    case Cmd::kMset: {
       if ((args.size() - 1) % 2 != 0) {
         error("ERR wrong number of arguments for 'mset' command");
         return;
       }
+      // Refuse the arguments the store would refuse before writing any pair, so a bad
+      // pair never leaves the ones before it written. Errors found while writing (a
+      // full pool, a full queue, a key longer than the engine's max_key_bytes) still
+      // stop at their pair.
+      const uint64_t max_value = mw->options().max_value_bytes;
+      for (size_t i = 1; i < args.size(); i += 2) {
+        if (args[i].empty()) {
+          error(ErrorFor(Status::InvalidArgument("empty key")));
+          return;
+        }
+        if (args[i + 1].size() > max_value) {
+          error(ErrorFor(Status::InvalidArgument("value of " + std::to_string(args[i + 1].size()) +
+                                                 " bytes exceeds max_value_bytes " +
+                                                 std::to_string(max_value))));
+          return;
+        }
+      }
       start_pending(PendingCommand::Kind::kMset, (args.size() - 1) / 2);
       return;
+    }
     case Cmd::kPing:
       if (args.size() > 2) {
         error("ERR wrong number of arguments for 'ping' command");
@@ -577,8 +615,7 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
       return;
     case Cmd::kSelect: {
       int64_t db = -1;
-      auto [ptr, ec] = std::from_chars(args[1].data(), args[1].data() + args[1].size(), db);
-      if (ec != std::errc() || ptr != args[1].data() + args[1].size()) {
+      if (!ParseRedisInt(args[1], &db)) {
         error("ERR value is not an integer or out of range");
       } else if (db != 0) {
         error("ERR DB index is out of range");
@@ -605,8 +642,7 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
       int proto_asked = 0;  // 0: keep the connection's protocol
       if (args.size() >= 2) {
         int64_t proto = 0;
-        auto [ptr, ec] = std::from_chars(args[1].data(), args[1].data() + args[1].size(), proto);
-        if (ec != std::errc() || ptr != args[1].data() + args[1].size()) {
+        if (!ParseRedisInt(args[1], &proto)) {
           error("ERR Protocol version is not an integer or out of range");
           return;
         }
@@ -709,6 +745,11 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
       } else if (sub == "docs") {
         // No documentation to give: an empty reply makes redis-cli use its built-in help.
         Send(c, [&](std::string* out) { resp::AppendMapHeader(out, 0, c->resp3); });
+      } else if (sub == "info" && args.size() == 2) {  // no names: every command, as COMMAND
+        Send(c, [&](std::string* out) {
+          resp::AppendArrayHeader(out, std::size(kCommands));
+          for (const CommandSpec& spec_i : kCommands) AppendCommandEntry(out, spec_i);
+        });
       } else if (sub == "info") {
         Send(c, [&](std::string* out) {
           resp::AppendArrayHeader(out, args.size() - 2);
@@ -717,7 +758,7 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
             if (s != nullptr) {
               AppendCommandEntry(out, *s);
             } else {
-              out->append(c->resp3 ? "_\r\n" : "*-1\r\n");
+              resp::AppendNull(out, c->resp3);
             }
           }
         });

@@ -175,6 +175,24 @@ def test_commands_through_redis_py(served):
     r.close()
 
 
+def test_keys_the_store_cannot_hold(served):
+    """An empty key cannot be stored: reads see no such key (as Redis does for a key never
+    set), and an MSET naming one is refused whole, writing none of its pairs."""
+    r = served.client()
+    assert r.set("e1", b"v") is True
+    assert r.get("") is None
+    assert r.mget(["e1", ""]) == [b"v", None]
+    assert r.exists("e1", "") == 1
+    assert r.delete("e1", "") == 1
+    assert r.get("e1") is None
+    with pytest.raises(redis.ResponseError, match="empty key"):
+        r.set("", b"v")
+    with pytest.raises(redis.ResponseError, match="empty key"):
+        r.mset({"e2": b"1", "": b"2", "e3": b"3"})
+    assert r.mget(["e2", "e3"]) == [None, None]
+    r.close()
+
+
 def test_a_default_redis_py_client_connects(served):
     """redis-py's own defaults (it asks for RESP3 with HELLO 3 first) work too."""
     r = redis.Redis(host="127.0.0.1", port=served.port, socket_timeout=30)

@@ -161,13 +161,17 @@ class Client {
 class ServerTest : public ::testing::Test {
  protected:
   void StartAll(ServerOptions o = ServerOptions(), MiddlewareOptions mo = MiddlewareOptions()) {
+    StartOn(&engine_, o, mo);
+  }
+  // The same on another engine (one that outlives the server, e.g. memory_).
+  void StartOn(Engine* engine, ServerOptions o = ServerOptions(), MiddlewareOptions mo = MiddlewareOptions()) {
     mo.window_s = 60;
     mo.max_threads = 4;
     mw_ = std::make_unique<Middleware>(mo);
-    ASSERT_TRUE(mw_->Start(&engine_, 1, 1).ok());
+    ASSERT_TRUE(mw_->Start(engine, 1, 1).ok());
     o.port = 0;
     server_ = std::make_unique<Server>();
-    ASSERT_TRUE(server_->Start(mw_.get(), &engine_, o).ok());
+    ASSERT_TRUE(server_->Start(mw_.get(), engine, o).ok());
     ASSERT_GT(server_->port(), 0);
   }
   void TearDown() override {
@@ -181,6 +185,8 @@ class ServerTest : public ::testing::Test {
   int port() const { return server_->port(); }
 
   TestEngine engine_;
+  // A real engine, for what the test engine does not check (key sizes).
+  std::unique_ptr<Engine> memory_ = NewMemoryEngine();
   std::unique_ptr<Middleware> mw_;
   std::unique_ptr<Server> server_;
 };
@@ -279,6 +285,75 @@ TEST_F(ServerTest, EachCommandStartsFromAFreshRecord) {
   EXPECT_EQ(c.Cmd({"DEL", "a", "none"}), ":1\r\n");
   EXPECT_EQ(c.Cmd({"SET", "c", "3"}), "+OK\r\n");
   EXPECT_EQ(c.Cmd({"MGET", "a", "c"}), "*2\r\n$-1\r\n$1\r\n3\r\n");
+}
+
+// A key the engine cannot hold (empty, or longer than its max_key_bytes) does not
+// exist: reads answer nil, EXISTS and DEL count it as missing, as Redis answers for a key
+// that was never set, and the other keys of the command are served. Writing one is
+// refused. Before, the engine's InvalidArgument answered the whole command, after DEL
+// had already removed the keys before it.
+TEST_F(ServerTest, KeysTheEngineCannotHoldAreAbsent) {
+  StartOn(memory_.get());
+  Client c(port());
+  const std::string long_key(64 * 1024 + 1, 'k');
+  ASSERT_EQ(c.Cmd({"SET", "a", "1"}), "+OK\r\n");
+  EXPECT_EQ(c.Cmd({"GET", ""}), "$-1\r\n");
+  EXPECT_EQ(c.Cmd({"GET", long_key}), "$-1\r\n");
+  EXPECT_EQ(c.Cmd({"MGET", "a", "", long_key}), "*3\r\n$1\r\n1\r\n$-1\r\n$-1\r\n");
+  EXPECT_EQ(c.Cmd({"EXISTS", "a", "", long_key, "a"}), ":2\r\n");
+  EXPECT_EQ(c.Cmd({"DEL", "", long_key}), ":0\r\n");
+  EXPECT_EQ(c.Cmd({"DEL", "a", ""}), ":1\r\n");
+  EXPECT_EQ(c.Cmd({"EXISTS", "a"}), ":0\r\n");
+  EXPECT_EQ(c.Cmd({"SET", "", "v"}), "-ERR invalid argument: empty key\r\n");
+  EXPECT_EQ(c.Cmd({"SET", long_key, "v"}).rfind("-ERR invalid argument: key of 65537 bytes", 0), 0u);
+  EXPECT_EQ(memory_->Count(), 0u);
+}
+
+// An MSET whose arguments cannot all be stored (an empty key, a value over the
+// middleware's max_value_bytes) is refused before any pair is written, as Redis checks a
+// command before running it. Before, the pairs ahead of the bad one were written and the
+// reply was the error.
+TEST_F(ServerTest, MsetWithABadArgumentWritesNothing) {
+  MiddlewareOptions mo;
+  mo.max_value_bytes = 1024;
+  StartOn(memory_.get(), ServerOptions(), mo);
+  Client c(port());
+  EXPECT_EQ(c.Cmd({"MSET", "a", "1", "", "2", "c", "3"}), "-ERR invalid argument: empty key\r\n");
+  EXPECT_EQ(c.Cmd({"MSET", "a", "1", "b", std::string(1025, 'v')}),
+            "-ERR invalid argument: value of 1025 bytes exceeds max_value_bytes 1024\r\n");
+  EXPECT_EQ(c.Cmd({"MGET", "a", "b", "c"}), "*3\r\n$-1\r\n$-1\r\n$-1\r\n");
+  EXPECT_EQ(memory_->Count(), 0u);
+  EXPECT_EQ(c.Cmd({"MSET", "a", "1", "b", std::string(1024, 'v')}), "+OK\r\n");
+  EXPECT_EQ(memory_->Count(), 2u);
+}
+
+// Integer arguments follow Redis's rules (string2ll): no sign on 0, no leading zeros,
+// no '+'. Before, SELECT 00 and SELECT -0 were OK and HELLO 03 switched to RESP3.
+TEST_F(ServerTest, IntegerArgumentsParseAsInRedis) {
+  StartAll();
+  Client c(port());
+  for (const char* bad : {"00", "-0", "+0", "01", " 0", "0 ", ""}) {
+    EXPECT_EQ(c.Cmd({"SELECT", bad}), "-ERR value is not an integer or out of range\r\n") << bad;
+  }
+  EXPECT_EQ(c.Cmd({"SELECT", "0"}), "+OK\r\n");
+  EXPECT_EQ(c.Cmd({"SELECT", "-1"}), "-ERR DB index is out of range\r\n");
+  for (const char* bad : {"03", "+3", "3.0"}) {
+    EXPECT_EQ(c.Cmd({"HELLO", bad}), "-ERR Protocol version is not an integer or out of range\r\n") << bad;
+  }
+  EXPECT_EQ(c.Cmd({"GET", "missing"}), "$-1\r\n");  // still RESP2
+}
+
+// COMMAND INFO without names describes every command (as COMMAND does); an unknown name
+// is a null, the bulk null of RESP2 ($-1) as in Redis 7.
+TEST_F(ServerTest, CommandInfo) {
+  StartAll();
+  Client c(port());
+  EXPECT_EQ(c.Cmd({"COMMAND", "INFO"}), c.Cmd({"COMMAND"}));
+  EXPECT_EQ(c.Cmd({"COMMAND", "INFO", "GET", "nosuch"}),
+            "*2\r\n*10\r\n$3\r\nget\r\n:2\r\n*2\r\n+readonly\r\n+fast\r\n:1\r\n:1\r\n:1\r\n"
+            "*0\r\n*0\r\n*0\r\n*0\r\n$-1\r\n");
+  ASSERT_EQ(c.Cmd({"HELLO", "3"}).rfind("%7\r\n", 0), 0u);
+  EXPECT_EQ(c.Cmd({"COMMAND", "INFO", "nosuch"}), "*1\r\n_\r\n");
 }
 
 // A full class queue is answered -OVERLOADED (retry later), not waited for.
