@@ -109,8 +109,9 @@ def _notes(args, header: dict, rows: list, confirm: list) -> str:
         rule = f"rule attain {args.attain}, promises from {rounds} confirmation windows"
     else:
         rule = f"rule attain {args.attain}, promises in-sample"
-    return (f"nvmw calibrate on {header.get('cpu', 'an unknown CPU')}: {header['cores']} cores, env {args.env}, "
-            f"device {header['device']}, window {header.get('window_s', args.window)} s, grid {grid}, "
+    return (f"nvmw calibrate on {header.get('cpu', 'an unknown CPU')}: {header.get('cores', '?')} cores, "
+            f"env {args.env}, device {header.get('device', 'unknown')}, "
+            f"window {header.get('window_s', args.window)} s, grid {grid}, "
             f"{windows_text} windows/config, {rule}")
 
 

@@ -15,7 +15,8 @@ from nvmw.commands._args import (add_backend_args, add_env_args, check_output_fi
                                  nonneg_int, positive_int, runner_from_args)
 from nvmw.lab.runs import run_header
 from nvmw.rl.agent import REWARD_TRANSFORMS
-from nvmw.lab.training import UPDATE_MODES, plot_curve, pretrained_agent, resumed_agent, train_per_phase
+from nvmw.lab.training import (UPDATE_MODES, load_tuned, plot_curve, pretrained_agent, resumed_agent,
+                                train_per_phase)
 from nvmw.rl.pretrain import collect_transitions, load_transitions
 from nvmw.workloads.phases import DEFAULT_PHASES
 
@@ -63,6 +64,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args) -> int:
     check_output_file(args.out, "--out")
     check_output_file(args.curve, "--curve")
+    if args.tuned:
+        load_tuned(args.tuned)  # refused now, not after the transitions are collected
     env = env_from_args(args)
     t_start = time.monotonic()
     runner = None

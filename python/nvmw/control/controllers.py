@@ -99,12 +99,26 @@ class OracleFixed(Controller):
 
     @classmethod
     def from_json(cls, path: str | os.PathLike) -> "OracleFixed":
-        """Load {"table": {"1": [i, b], ...}} as written by `nvmw calibrate`."""
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-        table = data.get("table", data.get("oracle"))
+        """Load {"table": {"1": [i, b], ...}} as written by `nvmw calibrate`; ValueError
+        naming the file for anything else (every phase an integer, every entry two thread
+        counts >= 1)."""
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}: not an oracle table (not JSON: {e})") from None
+        table = data.get("table", data.get("oracle")) if isinstance(data, dict) else None
         if not isinstance(table, dict):
             raise ValueError(f"{path}: no 'table' mapping phase -> [i, b]")
+        if not table:
+            raise ValueError(f"{path}: the oracle table is empty")
+        for phase, cfg in table.items():
+            if not phase.strip().isdigit():
+                raise ValueError(f"{path}: table key {phase!r} is not a phase number")
+            if not (isinstance(cfg, list) and len(cfg) == 2
+                    and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in cfg)):
+                raise ValueError(f"{path}: phase {phase}: expected [interactive, batch] thread counts >= 1, "
+                                 f"got {cfg!r}")
         return cls(table)
 
 

@@ -70,6 +70,25 @@ class SLASpec:
             raise ValueError("SLASpec.max_throughput must exceed min_value (division by zero in Algorithm 1)")
         if self.lat_goal <= 0 or self.tp_goal <= 0:
             raise ValueError("SLASpec goals must be positive")
+        for attr in ("max_scale_lat", "max_scale_tp"):
+            # Equal ends would scale every value to one point (every window meets the goal);
+            # reversed ends would reverse the goal tests.
+            if getattr(self, attr) <= self.min_scale:
+                raise ValueError(f"SLASpec.{attr} must exceed min_scale "
+                                 f"({getattr(self, attr)!r} <= {self.min_scale!r})")
+        for attr in ("lat_penalty", "tp_penalty"):
+            if getattr(self, attr) < 0:
+                raise ValueError(f"SLASpec.{attr} must be >= 0 (a negative one rewards a missed goal), "
+                                 f"got {getattr(self, attr)!r}")
+        for attr, top, scale in (("lat_goal", "max_latency", "max_scale_lat"),
+                                 ("tp_goal", "max_throughput", "max_scale_tp")):
+            top_value, scale_value = getattr(self, top), getattr(self, scale)
+            for x in (getattr(self, attr), top_value):
+                if not math.isfinite(_scale(x, self, top_value, scale_value)):
+                    raise ValueError(f"SLASpec.{attr} and {top} are too large: their scaled values overflow")
+        for attr in ("name", "notes"):
+            if not isinstance(getattr(self, attr), str):
+                raise ValueError(f"SLASpec.{attr} must be a string, got {getattr(self, attr)!r}")
         for attr in ("latency_class", "throughput_class"):
             if getattr(self, attr) not in _CLASSES:
                 raise ValueError(f"SLASpec.{attr} must be one of {_CLASSES}, got {getattr(self, attr)!r}")
@@ -92,10 +111,14 @@ class SLASpec:
                 data = tomllib.load(fh)
         except FileNotFoundError:
             raise FileNotFoundError(f"SLA spec file not found: {path}") from None
-        except tomllib.TOMLDecodeError as e:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"{path}: not valid TOML: {e}") from None
         if "sla" in data and isinstance(data["sla"], dict):
             data = data["sla"]
+        missing = [k for k in ("lat_goal", "tp_goal") if k not in data]
+        if missing:
+            # An empty or cut-short file would otherwise pass with the built-in goals.
+            raise ValueError(f"{path}: an SLA spec states lat_goal and tp_goal; no {' and no '.join(missing)}")
         try:
             return cls.from_dict(data)
         except (TypeError, ValueError) as e:

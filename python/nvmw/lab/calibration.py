@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 from typing import Any, Mapping, Sequence
 
@@ -252,7 +253,8 @@ def calibrate(rows: Sequence[Mapping[str, Any]], **kw) -> tuple[SLASpec, dict[in
 def load_sweep(paths: "str | os.PathLike | Sequence[str | os.PathLike]") -> tuple[list, dict | None]:
     """Rows of one or more sweep files written by `save_sweep` (`nvmw calibrate --sweep-out`;
     a bare list of rows is accepted too) and the first file's run header (None if no file
-    has one). ValueError for a file that is not a sweep."""
+    has one). ValueError naming the file for a file that is not a sweep or a row or header
+    value that is not what a sweep writes."""
     rows: list = []
     header = None
     for saved in _read_sweeps(paths):
@@ -269,13 +271,64 @@ def load_confirmation(paths: "str | os.PathLike | Sequence[str | os.PathLike]") 
     return [r for saved in _read_sweeps(paths) if isinstance(saved, dict) for r in saved.get("confirm_rows", [])]
 
 
+#: Row keys a sweep row must have: whole numbers (phase and pool sizes; 0, 0 is a
+#: no-control run) and the window's measurements (finite, >= 0).
+_ROW_INTS = ("phase", "interactive_threads", "batch_threads")
+_ROW_VALUES = ("p99_us", "throughput")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_rows(rows: Any, path: Any, what: str) -> None:
+    if not isinstance(rows, list):
+        raise ValueError(f"{path}: {what} must be a list of rows, got {type(rows).__name__}")
+    for k, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise ValueError(f"{path}: {what}[{k}] is not an object: {r!r}")
+        for key in _ROW_INTS + _ROW_VALUES:
+            if key not in r:
+                raise ValueError(f"{path}: {what}[{k}] has no {key}")
+        for key in _ROW_INTS:
+            if not (_is_int(r[key]) and r[key] >= 0):
+                raise ValueError(f"{path}: {what}[{k}].{key} must be an integer >= 0, got {r[key]!r}")
+        for key in _ROW_VALUES:
+            v = r[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"{path}: {what}[{k}].{key} must be a finite number >= 0, got {v!r}")
+
+
+def _check_header(run: Any, path: Any) -> None:
+    if not isinstance(run, dict):
+        raise ValueError(f"{path}: run must be an object (the sweep's run header), got {type(run).__name__}")
+    for key in ("window_s", "cores"):
+        v = run.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                              or v <= 0):
+            raise ValueError(f"{path}: run.{key} must be a finite number > 0, got {v!r}")
+    if "device" in run and not isinstance(run["device"], str):
+        raise ValueError(f"{path}: run.device must be a device profile name, got {run['device']!r}")
+
+
 def _read_sweeps(paths) -> list:
     out = []
     for path in [paths] if isinstance(paths, (str, os.PathLike)) else paths:
-        with open(path, encoding="utf-8") as fh:
-            saved = json.load(fh)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                saved = json.load(fh)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}: not a sweep file (not JSON: {e})") from None
         if not (isinstance(saved, list) or (isinstance(saved, dict) and "rows" in saved)):
             raise ValueError(f"{path}: not a sweep file (nvmw calibrate --sweep-out)")
+        if isinstance(saved, dict):
+            _check_rows(saved["rows"], path, "rows")
+            if "run" in saved:
+                _check_header(saved["run"], path)
+            if "confirm_rows" in saved:
+                _check_rows(saved["confirm_rows"], path, "confirm_rows")
+        else:
+            _check_rows(saved, path, "rows")
         out.append(saved)
     return out
 

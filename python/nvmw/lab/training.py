@@ -13,9 +13,32 @@ from collections import deque
 import numpy as np
 from tqdm.auto import tqdm
 
-from nvmw.rl.agent import QLearningAgent
+from nvmw.rl.agent import N_ACTIONS, QLearningAgent, make_pipeline
 from nvmw.rl.episodes import TRAIN, EpisodeRunner, episode_seed
 from nvmw.workloads.phases import DEFAULT_PHASES
+
+
+def load_tuned(path: str) -> list:
+    """The per-action model parameters of a `nvmw tune` file ({"model_params": [one object
+    per action]}); ValueError naming the file for anything else."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a tuned-parameters file (not JSON: {e})") from None
+    params = data.get("model_params") if isinstance(data, dict) else None
+    if not (isinstance(params, list) and len(params) == N_ACTIONS and all(isinstance(p, dict) for p in params)):
+        raise ValueError(f"{path}: not a tuned-parameters file from `nvmw tune` (model_params: one object for "
+                         f"each of the {N_ACTIONS} actions)")
+    for a, p in enumerate(params):
+        degree = p.get("degree", 1)
+        if isinstance(degree, bool) or not isinstance(degree, int) or degree < 1:
+            raise ValueError(f"{path}: model_params[{a}].degree must be an integer >= 1, got {degree!r}")
+        try:
+            make_pipeline(p)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{path}: model_params[{a}]: {e}") from None
+    return params
 
 
 def pretrained_agent(data: Mapping[str, np.ndarray], *, tuned_path: Optional[str] = None, fqi_iterations: int = 0,
@@ -23,10 +46,7 @@ def pretrained_agent(data: Mapping[str, np.ndarray], *, tuned_path: Optional[str
     """A new agent bootstrapped on `data` (from `nvmw collect`), with the per-action model
     parameters of `tuned_path` (from `nvmw tune`) if given. `hyperparameters` are
     QLearningAgent arguments (gamma, learning_rate, epsilon, ...)."""
-    params = None
-    if tuned_path:
-        with open(tuned_path, encoding="utf-8") as fh:
-            params = json.load(fh)["model_params"]
+    params = load_tuned(tuned_path) if tuned_path else None
     agent = QLearningAgent(model_params=params, random_state=seed, **hyperparameters)
     return agent.pretrain(data["states"], data["actions"], data["rewards"], data["next_states"],
                           data["terminated"], fqi_iterations=fqi_iterations)

@@ -47,8 +47,8 @@ def _floats(xs: Any, n: int | None, what: str) -> list:
         raise ValueError(f"{what}: expected a list of {n if n is not None else 'some'} numbers")
     out = []
     for x in xs:
-        if isinstance(x, bool) or not isinstance(x, (int, float)):
-            raise ValueError(f"{what}: {x!r} is not a number")
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+            raise ValueError(f"{what}: {x!r} is not a finite number")
         out.append(float(x))
     return out
 

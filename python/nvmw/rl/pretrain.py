@@ -119,9 +119,13 @@ def save_transitions(path: str | os.PathLike, data: Mapping[str, np.ndarray], me
 
 
 def load_transitions(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Read a transitions file; checks every column is present and lengths agree."""
+    """Read a transitions file; checks every column is present, of the right shape and
+    kind, and that lengths agree (ValueError naming the file and the column otherwise)."""
     try:
-        with np.load(path, allow_pickle=False) as z:
+        z = np.load(path, allow_pickle=False)
+        if not hasattr(z, "files"):
+            raise ValueError(f"{path}: not an nvmw transitions file (one array, not an .npz archive)")
+        with z:
             missing = [k for k in TRANSITION_KEYS if k not in z.files]
             if missing:
                 raise ValueError(f"{path}: not an nvmw transitions file (missing {', '.join(missing)})")
@@ -132,12 +136,31 @@ def load_transitions(path: str | os.PathLike) -> dict[str, np.ndarray]:
         raise FileNotFoundError(f"transitions file not found: {path}") from None
     except (OSError, EOFError) as e:
         raise ValueError(f"{path}: cannot read transitions ({e})") from None
+    except ValueError as e:
+        if str(e).startswith(f"{path}: "):
+            raise
+        # numpy takes any other file for a pickle, and refuses it: say what the file is not.
+        raise ValueError(f"{path}: not an nvmw transitions file (.npz from `nvmw collect`)") from None
+    for k in TRANSITION_KEYS:
+        a = data[k]
+        ndim = 2 if k in ("states", "next_states") else 1
+        if a.ndim != ndim or (ndim == 2 and a.shape[1] != N_FEATURES):
+            want = f"(rows, {N_FEATURES})" if ndim == 2 else "(rows,)"
+            raise ValueError(f"{path}: column {k} has shape {a.shape}, expected {want}")
+        if not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_):
+            raise ValueError(f"{path}: column {k} holds {a.dtype} values, not numbers")
     n = len(data["actions"])
     for k in TRANSITION_KEYS:
         if len(data[k]) != n:
             raise ValueError(f"{path}: column {k} has {len(data[k])} rows, expected {n}")
     if n == 0:
         raise ValueError(f"{path}: no transitions")
+    actions = data["actions"]
+    if not np.issubdtype(actions.dtype, np.integer) or actions.min() < 0 or actions.max() >= N_ACTIONS:
+        raise ValueError(f"{path}: column actions must hold integers in [0, {N_ACTIONS})")
+    for k in ("states", "next_states", "rewards"):
+        if not np.all(np.isfinite(data[k])):
+            raise ValueError(f"{path}: column {k} has values that are not finite")
     return data
 
 

@@ -5,6 +5,8 @@ it."""
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import os
 from typing import Mapping
 
@@ -38,14 +40,33 @@ def load_params(name_or_path: "str | os.PathLike | Mapping | None" = None, devic
                 path = os.path.join(SIM_DIR, f"{path}.json")
         if not os.path.exists(path):
             raise FileNotFoundError(f"no simulator parameter file {name_or_path!r} (shipped: {list_params()})")
-        with open(path) as fh:
-            try:
+        try:
+            with open(path, encoding="utf-8") as fh:
                 params = dict(json.load(fh)["params"])
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
-                raise ValueError(f"{path}: not a simulator parameter file ({e})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{path}: not a simulator parameter file ({e})") from None
+        return _checked(params, path)
+    return _checked(params, "simulator parameters")
+
+
+#: Parameters that must be > 0 (the others >= 0, and background < 1), as the core checks them.
+_POSITIVE = ("cores", "copy_bytes_per_ns")
+
+
+def _checked(params: dict, where: str) -> dict:
+    """The defaults updated with `params`; ValueError naming `where` and the parameter for
+    an unknown name or a value that is not a finite number (the core checks the ranges)."""
     unknown = set(params) - set(PARAM_NAMES)
     if unknown:
-        raise ValueError(f"unknown simulator parameters {sorted(unknown)}; known: {list(PARAM_NAMES)}")
+        raise ValueError(f"{where}: unknown simulator parameters {sorted(unknown)}; known: {list(PARAM_NAMES)}")
+    for k, v in params.items():
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+            raise ValueError(f"{where}: simulator parameter {k} must be a finite number, got {v!r}")
+        if k in _POSITIVE and not v > 0:
+            raise ValueError(f"{where}: simulator parameter {k} must be > 0, got {v!r}")
+        if not v >= 0 or (k == "background" and not v < 1):
+            raise ValueError(f"{where}: simulator parameter {k} must be "
+                             f"{'in [0, 1)' if k == 'background' else '>= 0'}, got {v!r}")
     out = default_params()
     out.update({k: float(v) for k, v in params.items()})
     return out

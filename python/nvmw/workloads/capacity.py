@@ -112,7 +112,7 @@ def load_capacity(spec: CapacityLike = None) -> Capacity:
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not JSON ({e})") from None
     if not isinstance(data, Mapping):
         raise ValueError(f"{path}: not a capacity file (expected a JSON object)")

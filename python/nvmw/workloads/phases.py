@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import marshal
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -100,7 +101,49 @@ class Phase:
         return bool(self.interactive.scaled_by or self.batch.scaled_by)
 
 
-def _class_from_dict(d: dict, where: str, base_dir: str, capacity: CapacityLike = None) -> ClassWorkload:
+#: Top-level keys of a phase file.
+_PHASE_KEYS = {"number", "name", "description", "interactive", "batch"}
+#: Class-table keys that hold whole numbers, and the least value each may take.
+_INT_KEYS = {"requests": 1, "clients": 1, "min_bytes": 0, "max_bytes": 0, "fixed_bytes": 1, "key_space": 1,
+             "synth_rows": 1, "start_unix_ms": 0, "end_unix_ms": 0}
+TRACE_FORMATS = ("azure", "native")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _check_class_values(d: dict, where: str) -> None:
+    """ValueError naming the key for a value of the wrong type or out of range (TOML
+    gives strings, booleans, arrays and tables where a number belongs otherwise)."""
+    for key, lo in _INT_KEYS.items():
+        if key in d and not (_is_int(d[key]) and d[key] >= lo):
+            raise ValueError(f"{where}: {key} must be an integer >= {lo}, got {d[key]!r}")
+    for key in ("target_ops_per_s", "accel"):
+        if key in d and not (_is_number(d[key]) and math.isfinite(d[key]) and d[key] > 0):
+            raise ValueError(f"{where}: {key} must be a finite number > 0, got {d[key]!r}")
+    wr = d.get("write_ratio")
+    if wr is not None and not (_is_number(wr) and 0 <= wr <= 1):
+        raise ValueError(f"{where}: write_ratio must be a number in [0, 1], got {wr!r}")
+    if "loop" in d and not isinstance(d["loop"], bool):
+        raise ValueError(f"{where}: loop must be true or false, got {d['loop']!r}")
+    if "synth" in d and not isinstance(d["synth"], dict):
+        raise ValueError(f"{where}: synth must be a table of synthesis options, got {d['synth']!r}")
+    if "path" in d and not isinstance(d["path"], str):
+        raise ValueError(f"{where}: path must be a string, got {d['path']!r}")
+    if "format" in d and d["format"] not in TRACE_FORMATS:
+        raise ValueError(f"{where}: format must be one of {TRACE_FORMATS}, not {d['format']!r}")
+    if "min_bytes" in d and "max_bytes" in d and d["min_bytes"] > d["max_bytes"]:
+        raise ValueError(f"{where}: min_bytes {d['min_bytes']} > max_bytes {d['max_bytes']}")
+
+
+def _class_from_dict(d: Any, where: str, base_dir: str, capacity: CapacityLike = None) -> ClassWorkload:
+    if not isinstance(d, dict):
+        raise ValueError(f"{where}: must be a table of keys, got {d!r}")
     unknown = set(d) - _CLASS_KEYS
     if unknown:
         raise ValueError(f"{where}: unknown keys {sorted(unknown)}")
@@ -110,29 +153,27 @@ def _class_from_dict(d: dict, where: str, base_dir: str, capacity: CapacityLike 
     d = dict(d)
     if d["source"] not in SOURCES:
         raise ValueError(f"{where}: source must be one of {SOURCES}, not {d['source']!r}")
-    if int(d["requests"]) < 1 or int(d["clients"]) < 1:
-        raise ValueError(f"{where}: requests and clients must be >= 1")
     paces = [k for k in PACE_KEYS if k in d]
     if len(paces) != 1:
         raise ValueError(f"{where}: give exactly one of {', '.join(PACE_KEYS)}"
                          + (f" (got {', '.join(paces)})" if paces else ""))
+    _check_class_values(d, where)
     wr = d.get("write_ratio")
-    if wr is not None and not 0 <= float(wr) <= 1:
-        raise ValueError(f"{where}: write_ratio must be in [0, 1]")
     if paces[0] in FACTOR_KEYS:
         key = paces[0]
         factor = d.pop(key)
-        d["target_ops_per_s"] = rate_for(key, factor, load_capacity(capacity), request_bytes=d.get("fixed_bytes"),
-                                         write_ratio=wr, where=where)
+        cap = load_capacity(capacity)
+        d["target_ops_per_s"] = rate_for(key, factor, cap, request_bytes=d.get("fixed_bytes"), write_ratio=wr,
+                                         where=where)
         d["scaled_by"] = (key, float(factor))
-    pace = d.get("target_ops_per_s", d.get("accel"))
-    if not float(pace) > 0:
-        raise ValueError(f"{where}: the pace must be > 0")
+        if not (math.isfinite(d["target_ops_per_s"]) and d["target_ops_per_s"] > 0):
+            raise ValueError(f"{where}: {key} = {factor!r} comes to {d['target_ops_per_s']!r} requests/s "
+                             f"with {cap.describe()}")
     if d["source"] == "file":
         if "path" not in d:
             raise ValueError(f"{where}: source = 'file' needs a path")
         d["path"] = os.path.join(base_dir, os.path.expanduser(d["path"]))
-    d["synth"] = tuple(sorted(dict(d.get("synth", {})).items()))
+    d["synth"] = tuple(sorted(d.get("synth", {}).items()))
     return ClassWorkload(**d)
 
 
@@ -152,11 +193,19 @@ def load_phase(n_or_path: Union[int, str, os.PathLike], capacity: CapacityLike =
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"{path}: {e}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a phase file (not valid TOML: {e})") from None
+    unknown = set(data) - _PHASE_KEYS
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {sorted(unknown)} (a phase file has {sorted(_PHASE_KEYS)})")
     for key in ("number", "interactive", "batch"):
         if key not in data:
             raise ValueError(f"{path}: missing '{key}'")
+    if not (_is_int(data["number"]) and data["number"] >= 0):
+        raise ValueError(f"{path}: number must be an integer >= 0, got {data['number']!r}")
+    for key in ("name", "description"):
+        if key in data and not isinstance(data[key], str):
+            raise ValueError(f"{path}: {key} must be a string, got {data[key]!r}")
     base = os.path.dirname(os.path.abspath(path))
     needs_capacity = any(k in data[c] for c in ("interactive", "batch") for k in FACTOR_KEYS
                          if isinstance(data[c], dict))
