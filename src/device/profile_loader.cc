@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -189,6 +190,13 @@ Status LoadMix(MiniToml* toml, CsvCache* csvs, DeviceProfile* p) {
   return Status::OK();
 }
 
+// A number as the profile would write it ("4096", "0.5").
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
 Status LoadWriteStall(MiniToml* toml, CsvCache* csvs, DeviceProfile* p) {
   if (!toml->HasTable("write_stall")) return Status::OK();
   double region = 0, scale = 1.0, probability = 0;
@@ -199,6 +207,13 @@ Status LoadWriteStall(MiniToml* toml, CsvCache* csvs, DeviceProfile* p) {
   DeviceCurve tail;
   if (!(s = LoadCurve(toml, csvs, "write_stall", "x_column", "column", scale, &tail)).ok())
     return s;
+  // The stall is read off the curve at the region size: a size outside the measured
+  // ones (a negative one among them) would silently take the nearest end's stall.
+  if (!(region >= tail.x.front() && region <= tail.x.back())) {
+    return Status::InvalidArgument("write_stall.hot_region_bytes = " + Num(region) +
+                                   " is outside the measured regions (" + Num(tail.x.front()) +
+                                   " to " + Num(tail.x.back()) + ")");
+  }
   p->write_stall_ns = tail.At(region);
   p->write_stall_probability = probability;
   return Status::OK();

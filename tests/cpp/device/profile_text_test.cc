@@ -150,6 +150,15 @@ TEST_F(ProfileFileTest, ErrorsAreClear) {
   s = LoadEdited("probability = 0.0", "probability = 2.0");
   EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
 
+  // The stall is read off the measured curve; a region outside it (256 B .. 64 MiB in
+  // the FAST'20 table) is refused, not clamped to the nearest end.
+  for (const char* region : {"-5", "0", "100", "1e12"}) {
+    s = LoadEdited("hot_region_bytes = 4096", std::string("hot_region_bytes = ") + region);
+    EXPECT_TRUE(s.IsInvalidArgument()) << region << ": " << s.ToString();
+    EXPECT_NE(s.message().find("outside the measured regions"), std::string::npos) << s.ToString();
+  }
+  EXPECT_TRUE(LoadEdited("hot_region_bytes = 4096", "hot_region_bytes = 256").ok());
+
   s = LoadEdited("[latency]", "[latency]\n");  // harmless edit still loads
   EXPECT_TRUE(s.ok()) << s.ToString();
 }
