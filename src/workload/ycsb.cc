@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <mutex>
 #include <system_error>
 #include <thread>
@@ -49,6 +50,10 @@ Status ParseRequestClass(std::string_view name, RequestClass* out) {
 }
 
 namespace {
+
+// Longest gap between one paced thread's requests (1e13 ns): staggering 100,000
+// threads' schedules by that much still fits in int64 nanoseconds.
+constexpr double kMaxPaceGapNs = 1e13;
 
 enum OpKind { kRead = 0, kUpdate = 1, kInsert = 2, kNumKinds = 3 };
 
@@ -269,6 +274,15 @@ Status YcsbGenerator::Validate(const YcsbOptions& o) {
   }
   if (!(o.target_ops_per_s >= 0) || !std::isfinite(o.target_ops_per_s)) {
     return bad("target_ops_per_s must be >= 0");
+  }
+  // Each paced thread waits threads / rate between its requests, counted in int64
+  // nanoseconds and staggered by up to `threads` such gaps: past kMaxPaceGapNs (about
+  // 2.8 hours) that arithmetic could overflow and the run would never end.
+  if (o.target_ops_per_s > 0 && 1e9 * o.threads / o.target_ops_per_s > kMaxPaceGapNs) {
+    char slowest[32];
+    std::snprintf(slowest, sizeof slowest, "%.2g", 1e9 * o.threads / kMaxPaceGapNs);
+    return bad("target_ops_per_s " + std::to_string(o.target_ops_per_s) + " is too slow to pace " +
+               std::to_string(o.threads) + " threads: use 0 (unpaced) or at least " + slowest);
   }
   if (!(o.interval_s >= 0) || !std::isfinite(o.interval_s)) return bad("interval_s must be >= 0");
   if (o.interval_s > 0 && o.interval_s < 1e-3) return bad("interval_s must be >= 0.001");

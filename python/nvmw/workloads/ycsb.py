@@ -13,8 +13,9 @@ from nvmw import _core
 DISTRIBUTIONS = ("uniform", "zipfian", "latest")
 CLASSES = ("interactive", "batch", "auto")
 CAPACITY_TARGETS = ("direct", "no-control", "middleware")
-#: Longest gap between one thread's paced requests, in ns (half the int64 range).
-_MAX_GAP_NS = float(1 << 62)
+#: Longest gap between one thread's paced requests, in ns: the generator staggers up to
+#: 100,000 threads' schedules by that much in int64 nanoseconds (its own check is the same).
+_MAX_GAP_NS = 1e13
 
 
 @dataclass
@@ -67,7 +68,7 @@ class YcsbConfig:
             raise ValueError(f"read + update + insert proportions must sum to 1, got {total:g}")
         if self.operation_count <= 0 and self.duration_s <= 0:
             raise ValueError("set operation_count or duration_s")
-        if self.target_ops_per_s > 0 and 1e9 * max(self.threads, 1) / self.target_ops_per_s >= _MAX_GAP_NS:
+        if self.target_ops_per_s > 0 and 1e9 * max(self.threads, 1) / self.target_ops_per_s > _MAX_GAP_NS:
             # Each thread waits threads / rate between requests, counted in int64 nanoseconds
             # by the generator: a gap past that range overflows and the run never ends.
             slowest = 1e9 * max(self.threads, 1) / _MAX_GAP_NS

@@ -307,6 +307,16 @@ TEST(YcsbGenerator, RejectsBadOptions) {
   o.read_proportion = o.update_proportion = 0;
   o.insert_proportion = 1;
   EXPECT_TRUE(YcsbGenerator::Validate(o).ok());
+  // A pace so slow that one thread's gap between requests overflows its nanosecond
+  // schedule: refused (it once made the run ignore its duration and never end).
+  o = SmallOptions();
+  o.threads = 3;
+  o.target_ops_per_s = 1e-12;
+  Status slow = YcsbGenerator::Validate(o);
+  EXPECT_TRUE(slow.IsInvalidArgument());
+  EXPECT_NE(slow.message().find("too slow"), std::string::npos) << slow.ToString();
+  o.target_ops_per_s = 1e-3;  // one request per thread every 50 min: a legal pace
+  EXPECT_TRUE(YcsbGenerator::Validate(o).ok());
   KeyDistribution d;
   EXPECT_TRUE(ParseKeyDistribution("pareto", &d).IsInvalidArgument());
   RequestClass c;
