@@ -3,6 +3,7 @@ persistent (or in-memory) engine with two classed, resizable worker pools."""
 from __future__ import annotations
 
 import concurrent.futures
+import operator
 import os
 from typing import Any, Optional, Union
 
@@ -47,10 +48,41 @@ _INT64 = (-(1 << 63), (1 << 63) - 1, "[-2^63, 2^63-1]")
 _UINT64 = (0, (1 << 64) - 1, "[0, 2^64-1]")
 
 
+def _integer(name: str, value: Any) -> int:
+    """`value` as an int: an integer (also numpy's) or a float with an integral value.
+    TypeError for other types (a string, None), InvalidArgumentError for 1.5, NaN or
+    infinity, each naming the argument, rather than a silently truncated number."""
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise InvalidArgumentError(f"{name} must be an integer, got {value!r}")
+        return int(value)
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, not {type(value).__name__}") from None
+
+
+def _seconds(name: str, value: Any) -> float:
+    """`value` as a float (an int, a float, numpy's); TypeError naming the argument else."""
+    if isinstance(value, (str, bytes)) or value is None:
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}") from None
+
+
+def _flag(name: str, value: Any) -> bool:
+    """`value` as a bool; TypeError naming the argument for anything but True/False (or 1/0)."""
+    if isinstance(value, (str, bytes)) or value is None or value not in (True, False):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
 def _c_int(name: str, value: Any, kind: tuple = _INT32) -> int:
     """`value` as an integer of the core's type `kind`, or InvalidArgumentError naming it.
     The core then checks the option's own range (e.g. max_threads in [1, 1024])."""
-    v = int(value)
+    v = _integer(name, value)
     lo, hi, text = kind
     if not lo <= v <= hi:
         raise InvalidArgumentError(f"{name} must be an integer in {text}, got {v}")
@@ -78,13 +110,16 @@ def open_engine(engine: Union[str, "_core.Engine"] = "pmem", path: Optional[str]
     elif engine == "pmem":
         if not path:
             raise InvalidArgumentError("engine='pmem' needs a pool file path")
-        if not 0 <= int(file_mode) <= 0o7777:
+        path = os.fsdecode(path)  # str, bytes or os.PathLike
+        file_mode = _integer("file_mode", file_mode)
+        if not 0 <= file_mode <= 0o7777:
             raise InvalidArgumentError(f"file_mode must be permission bits (0 to 0o7777), got {file_mode!r}")
         pool_size = _c_int("pool_size", pool_size, _UINT64)
-        core = _core.open_pmem_engine(os.fspath(path), pool_size_bytes=pool_size,
-                                      create_if_missing=create_if_missing,
-                                      verify_checksums=bool(verify_checksums),
-                                      paranoid_checks=bool(paranoid_checks), file_mode=int(file_mode))
+        core = _core.open_pmem_engine(path, pool_size_bytes=pool_size,
+                                      create_if_missing=_flag("create_if_missing", create_if_missing),
+                                      verify_checksums=_flag("verify_checksums", verify_checksums),
+                                      paranoid_checks=_flag("paranoid_checks", paranoid_checks),
+                                      file_mode=file_mode)
     elif engine == "memory":
         core = _core.new_memory_engine()
     else:
@@ -135,8 +170,12 @@ class Middleware:
                  batch_threshold_bytes: int = 64 * 1024, queue_capacity: int = 1 << 16,
                  no_control_max_inflight: int = 200, max_value_bytes: int = 512 << 20,
                  spin_ns: int = 20000, batch_nice: int = 0, execution: str = "caller-runs"):
-        if window_s <= 0:
+        window_s = _seconds("window_s", window_s)
+        if not window_s > 0:
             raise InvalidArgumentError(f"window_s must be > 0, got {window_s}")
+        if not isinstance(execution, str):
+            raise TypeError(f"execution must be 'caller-runs' or 'handoff', not {type(execution).__name__}")
+        control = _flag("control", control)
         max_threads = _c_int("max_threads", max_threads)
         no_control_max_inflight = _c_int("no_control_max_inflight", no_control_max_inflight)
         batch_threshold_bytes = _c_int("batch_threshold_bytes", batch_threshold_bytes, _UINT64)
@@ -146,8 +185,8 @@ class Middleware:
         batch_nice = _c_int("batch_nice", batch_nice)
         # Clamped as the core clamps them (any integer is accepted, also beyond C's int).
         top = max(1, max_threads)
-        interactive_threads = min(max(int(interactive_threads), 1), top)
-        batch_threads = min(max(int(batch_threads), 1), top)
+        interactive_threads = min(max(_integer("interactive_threads", interactive_threads), 1), top)
+        batch_threads = min(max(_integer("batch_threads", batch_threads), 1), top)
         self.max_threads = max_threads
         self._engine = open_engine(engine, path, pool_size=pool_size,
                                    create_if_missing=create_if_missing, device=device)
@@ -183,7 +222,10 @@ class Middleware:
     def submit(self, op: str, key: Bytes, value: Bytes = b"",
                cls: Optional[str] = None) -> "concurrent.futures.Future":
         """Asynchronous request (``op`` in get/put/remove/exists). Returns a Future whose
-        result is the value (get; None if missing), None (put) or a bool (remove, exists)."""
+        result is the value (get; None if missing), None (put) or a bool (remove, exists).
+        Its done-callbacks run on the worker that completed it: with control they may
+        submit() but a synchronous call into this middleware raises NotSupportedError
+        (it would wait for that worker)."""
         if op not in _OPS:
             raise InvalidArgumentError(f"unknown op {op!r}: use 'get', 'put', 'remove' or 'exists'")
         fut: concurrent.futures.Future = concurrent.futures.Future()
@@ -207,7 +249,8 @@ class Middleware:
 
     def wait_for_window(self, after_seq: int, timeout_s: float = 60.0) -> dict:
         """Block until a window with ``seq > after_seq`` closes; return its stats."""
-        return self.core.wait_for_window(after_seq, timeout_s)
+        after_seq = _c_int("after_seq", after_seq, _UINT64)
+        return self.core.wait_for_window(after_seq, _seconds("timeout_s", timeout_s))
 
     def get_state(self) -> list:
         """The 8-feature state of thesis Table 3.2 (names in :data:`STATE_NAMES`)."""
@@ -216,7 +259,7 @@ class Middleware:
     def perform_action(self, action: int) -> tuple:
         """Thesis Table 3.3 action 0..8; thread counts are clamped to [1, max_threads].
         Returns the (interactive, batch) sizes now in use (after the clamp)."""
-        action = int(action)
+        action = _integer("action", action)
         if not 0 <= action < _core.N_ACTIONS:
             raise InvalidArgumentError(f"action must be in [0, {_core.N_ACTIONS - 1}], got {action}")
         self.core.perform_action(action)
@@ -225,7 +268,7 @@ class Middleware:
     def set_threads(self, interactive: int, batch: int) -> tuple:
         """Set both pool sizes, each in [1, max_threads] (InvalidArgumentError otherwise,
         nothing changed). Returns the (interactive, batch) sizes now in use."""
-        i, b = int(interactive), int(batch)
+        i, b = _integer("interactive", interactive), _integer("batch", batch)
         if not (1 <= i <= self.max_threads and 1 <= b <= self.max_threads):
             raise InvalidArgumentError(
                 f"thread counts must be in [1, {self.max_threads}], got ({i}, {b})")
@@ -238,6 +281,9 @@ class Middleware:
         return tuple(self.core.threads)
 
     def queue_length(self, cls: str) -> int:
+        """Requests of class `cls` (``"interactive"`` or ``"batch"``) waiting to start."""
+        if cls not in ("interactive", "batch"):
+            raise InvalidArgumentError(f"queue_length needs class 'interactive' or 'batch', got {cls!r}")
         return self.core.queue_length(_cls(cls))
 
     @property
@@ -251,7 +297,9 @@ class Middleware:
         they get a result or ShutdownError, and every later call raises ShutdownError.
         A YCSB workload or trace replay still running on it ends at its first
         ShutdownError. Also called on garbage collection; at interpreter exit every
-        middleware still open is closed before Python finalizes."""
+        middleware still open is closed before Python finalizes. Called from a completion
+        callback of this middleware, it returns at once and the requests still accepted
+        finish on another thread."""
         core = getattr(self, "core", None)
         if core is not None:
             core.stop()

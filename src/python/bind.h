@@ -5,6 +5,8 @@
 #include <nanobind/nanobind.h>
 
 #include <memory>
+#include <string>
+#include <typeinfo>
 
 #include "nvmw/engine.h"
 #include "nvmw/middleware.h"
@@ -61,6 +63,28 @@ bool ShouldReleaseGil();
 // The middleware of h, shared, for use across a GIL release; raises
 // nvmw.errors.ShutdownError (`what` prefixes the message) once h is closed or stopped.
 std::shared_ptr<Middleware> AcquireMiddleware(PyMiddleware& h, const char* what);
+
+// Raises InvalidArgumentError naming `what` when path holds a NUL character: the
+// operating system would see only the part before it, a different file.
+void CheckPath(const char* what, const std::string& path);
+
+// Options passed as dicts (YCSB, traces, replay, simulator). `what` names the option
+// in messages ("ycsb: threads"). OptionName: a key, TypeError unless a str.
+// OptionAs<T>: the value as T, TypeError naming the option for a value of another type.
+// OptionUint: a non-negative integer, exactly (an int up to 2^64-1, or a float with an
+// integral value); InvalidArgumentError for a negative, fractional or larger one.
+std::string OptionName(const char* what, nb::handle key);
+const char* OptionKind(const std::type_info& type);
+template <typename T>
+T OptionAs(const std::string& what, nb::handle value) {
+  try {
+    return nb::cast<T>(value);
+  } catch (const nb::cast_error&) {
+    throw nb::type_error((what + " must be " + OptionKind(typeid(T)) + ", not " +
+                          Py_TYPE(value.ptr())->tp_name).c_str());
+  }
+}
+uint64_t OptionUint(const std::string& what, nb::handle value);
 
 // Window statistics as a dict: seq, start_s, duration_s, and per class
 // ("interactive", "batch", "all") the ClassStats fields of nvmw/stats.h.

@@ -24,9 +24,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <variant>
@@ -105,6 +108,33 @@ void StopReleasingGil(Middleware& mw) {
   }
 }
 
+// The middleware whose completion callback this thread is running, if any (set by
+// PyCompletion with the GIL held). Such a thread is one of the middleware's workers, or
+// in no-control mode a caller inside Submit: it holds one of the middleware's permits
+// until the callback returns, so it must not wait for the middleware to drain (close,
+// the last reference) nor, with control, for a permit or a worker (a sync call).
+thread_local const Middleware* tls_completing = nullptr;
+
+// Threads started by RunDetached that have not finished (the exit hook waits).
+std::atomic<int> g_background_stops{0};
+
+// Runs fn on a detached thread, counted in g_background_stops. False if the operating
+// system refuses the thread.
+bool RunDetached(std::function<void()> fn) {
+  g_background_stops.fetch_add(1, std::memory_order_acq_rel);
+  try {
+    std::thread([fn = std::move(fn)]() mutable {
+      fn();
+      fn = nullptr;  // what it holds (a middleware's last reference) goes before the count
+      g_background_stops.fetch_sub(1, std::memory_order_acq_rel);
+    }).detach();
+    return true;
+  } catch (const std::system_error&) {
+    g_background_stops.fetch_sub(1, std::memory_order_acq_rel);
+    return false;
+  }
+}
+
 // The middleware and the engine it runs on, freed together with the last holder.
 struct MiddlewareBox {
   MiddlewareBox(std::shared_ptr<PyEngine> e, const MiddlewareOptions& o)
@@ -112,6 +142,21 @@ struct MiddlewareBox {
   ~MiddlewareBox() { StopReleasingGil(mw); }  // before the engine goes (members: reverse order)
   std::shared_ptr<PyEngine> engine;
   Middleware mw;
+};
+
+// Frees a box. When the last reference goes inside one of its own completion
+// callbacks (a callback that held the last reference to its middleware), the stop
+// would wait for that very callback: the box is freed on a thread of its own instead.
+struct BoxDeleter {
+  void operator()(MiddlewareBox* box) const {
+    if (tls_completing == &box->mw) {
+      if (!RunDetached([box] { delete box; })) {
+        std::fprintf(stderr, "nvmw: cannot start a thread to free a middleware; leaking it\n");
+      }
+      return;
+    }
+    delete box;
+  }
 };
 
 // Middlewares created from Python, for the exit hook. Touched with the GIL held only;
@@ -144,7 +189,8 @@ void StopAllAtExit() {
   live.clear();  // GIL held: the last reference may free a box here
   nb::gil_scoped_release release;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (g_calls_without_gil.load(std::memory_order_acquire) > 0 &&
+  while ((g_calls_without_gil.load(std::memory_order_acquire) > 0 ||
+          g_background_stops.load(std::memory_order_acquire) > 0) &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -154,6 +200,7 @@ void StopAllAtExit() {
 // in no-control mode) without the GIL and calls callback(error, value) with it.
 struct PyCompletion {
   std::shared_ptr<nb::object> callback;  // reset with the GIL held once called
+  const Middleware* mw;                  // the middleware it completes (identity only)
 
   void operator()(const Status& s, std::string&& v) const {
     if (!PythonUsable()) {
@@ -163,6 +210,8 @@ struct PyCompletion {
       return;
     }
     const PyGILState_STATE gil = PyGILState_Ensure();
+    const Middleware* outer = tls_completing;  // a callback may complete another's request
+    tls_completing = mw;
     try {
       nb::object value = s.ok() ? nb::object(nb::bytes(v.data(), v.size())) : nb::none();
       nb::object error = s.ok() ? nb::none() : ErrorFor(s);
@@ -172,7 +221,8 @@ struct PyCompletion {
     } catch (const std::exception& e) {
       std::fprintf(stderr, "nvmw: completion callback failed: %s\n", e.what());
     }
-    callback->reset();
+    callback->reset();  // may drop the last reference to the middleware (BoxDeleter)
+    tls_completing = outer;
     PyGILState_Release(gil);
   }
 };
@@ -205,6 +255,66 @@ CallWithoutGil::~CallWithoutGil() {
 std::shared_ptr<Middleware> AcquireMiddleware(PyMiddleware& h, const char* what) {
   if (!h.mw) ThrowIfError(Status::Shutdown(std::string(what) + ": middleware is closed"));
   return h.mw;
+}
+
+namespace {
+
+// AcquireMiddleware for a synchronous request: refused inside one of the middleware's
+// own completion callbacks (with control), where waiting for a permit or a worker of
+// a class could wait for the very thread that runs the callback.
+std::shared_ptr<Middleware> AcquireForSyncCall(PyMiddleware& h, const char* what) {
+  std::shared_ptr<Middleware> mw = AcquireMiddleware(h, what);
+  if (tls_completing == mw.get() && mw->options().control) {
+    ThrowIfError(Status::NotSupported(
+        std::string(what) + ": a completion callback cannot make a synchronous call into its "
+        "own middleware (it would wait for the worker running the callback); use submit()"));
+  }
+  return mw;
+}
+
+}  // namespace
+
+std::string OptionName(const char* what, nb::handle key) {
+  if (!PyUnicode_Check(key.ptr())) {
+    throw nb::type_error((std::string(what) + ": option names must be str, not " +
+                          Py_TYPE(key.ptr())->tp_name).c_str());
+  }
+  return nb::cast<std::string>(key);
+}
+
+const char* OptionKind(const std::type_info& type) {
+  if (type == typeid(double)) return "a number";
+  if (type == typeid(bool)) return "True or False";
+  if (type == typeid(std::string)) return "a str";
+  if (type == typeid(int)) return "an integer in [-2^31, 2^31-1]";
+  if (type == typeid(int64_t)) return "an integer in [-2^63, 2^63-1]";
+  return "a list of numbers";
+}
+
+uint64_t OptionUint(const std::string& what, nb::handle value) {
+  PyObject* v = value.ptr();
+  if (PyLong_Check(v)) {
+    const unsigned long long u = PyLong_AsUnsignedLongLong(v);
+    if (u == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+      PyErr_Clear();  // negative, or above 2^64-1
+      ThrowIfError(Status::InvalidArgument(what + " must be an integer in [0, 2^64-1]"));
+    }
+    return u;
+  }
+  if (PyFloat_Check(v)) {
+    const double d = PyFloat_AsDouble(v);
+    if (!(d >= 0 && d < 18446744073709551616.0) || d != std::floor(d)) {
+      ThrowIfError(Status::InvalidArgument(what + " must be an integer in [0, 2^64-1]"));
+    }
+    return static_cast<uint64_t>(d);
+  }
+  throw nb::type_error((what + " must be an integer, not " + Py_TYPE(v)->tp_name).c_str());
+}
+
+void CheckPath(const char* what, const std::string& path) {
+  if (path.find('\0') != std::string::npos) {
+    ThrowIfError(Status::InvalidArgument(std::string(what) + " contains a NUL character"));
+  }
 }
 
 void ThrowIfError(const Status& status) {
@@ -339,6 +449,7 @@ void BindCore(nb::module_& m) {
           ThrowIfError(Status::InvalidArgument("file_mode must be permission bits (0 to 0o7777), got " +
                                                std::to_string(file_mode)));
         }
+        CheckPath("path", path);
         PmemOptions o;
         o.pool_size_bytes = pool_size_bytes;
         o.create_if_missing = create_if_missing;
@@ -415,7 +526,7 @@ void BindCore(nb::module_& m) {
             o.max_value_bytes = max_value_bytes;
             o.spin_ns = spin_ns;
             o.batch_nice = batch_nice;
-            auto box = std::make_shared<MiddlewareBox>(engine, o);
+            std::shared_ptr<MiddlewareBox> box(new MiddlewareBox(engine, o), BoxDeleter());
             Status s = box->mw.Start(engine->engine.get(), interactive_threads, batch_threads);
             ThrowIfError(s);
             std::shared_ptr<Middleware> mw(box, &box->mw);  // shares the box's ownership
@@ -442,6 +553,15 @@ void BindCore(nb::module_& m) {
              if (!mw) mw = self.closing.lock();  // closed already: wait for that Stop too
              if (!mw) return;
              self.closing = mw;
+             if (tls_completing == mw.get()) {
+               // Inside one of its own completion callbacks, which holds a permit until
+               // it returns: Stop would wait for itself. Stop on another thread; the
+               // drain ends once this callback has returned.
+               if (!RunDetached([mw] { (void)mw->Stop(); })) {
+                 ThrowIfError(Status::IOError("stop: cannot start a thread to stop the middleware"));
+               }
+               return;
+             }
              Status s;
              {
                CallWithoutGil release;  // completions of pending requests need the GIL
@@ -451,13 +571,15 @@ void BindCore(nb::module_& m) {
            },
            "Stop accepting, finish every accepted request (their callbacks run), stop the\n"
            "pools and drop this object's reference. Idempotent; later calls raise ShutdownError.\n"
+           "Called from one of this middleware's completion callbacks, it returns at once and\n"
+           "the drain finishes on another thread after the callback returns.\n"
            "Generators and replays still holding the middleware keep its memory, not its service.")
       .def_prop_ro("running", [](PyMiddleware& self) { return self.mw && self.mw->running(); })
       .def_prop_ro("engine", [](PyMiddleware& self) { return self.engine; })
       .def(
           "get",
           [](PyMiddleware& self, nb::bytes key, int cls) -> nb::object {
-            std::shared_ptr<Middleware> mw = AcquireMiddleware(self, "get");
+            std::shared_ptr<Middleware> mw = AcquireForSyncCall(self, "get");
             std::string value;
             Status s;
             {
@@ -472,7 +594,7 @@ void BindCore(nb::module_& m) {
       .def(
           "put",
           [](PyMiddleware& self, nb::bytes key, nb::bytes value, int cls) {
-            std::shared_ptr<Middleware> mw = AcquireMiddleware(self, "put");
+            std::shared_ptr<Middleware> mw = AcquireForSyncCall(self, "put");
             Status s;
             {
               CallWithoutGil release;
@@ -484,7 +606,7 @@ void BindCore(nb::module_& m) {
       .def(
           "remove",
           [](PyMiddleware& self, nb::bytes key, int cls) {
-            std::shared_ptr<Middleware> mw = AcquireMiddleware(self, "remove");
+            std::shared_ptr<Middleware> mw = AcquireForSyncCall(self, "remove");
             Status s;
             {
               CallWithoutGil release;
@@ -498,7 +620,7 @@ void BindCore(nb::module_& m) {
       .def(
           "exists",
           [](PyMiddleware& self, nb::bytes key, int cls) {
-            std::shared_ptr<Middleware> mw = AcquireMiddleware(self, "exists");
+            std::shared_ptr<Middleware> mw = AcquireForSyncCall(self, "exists");
             Status s;
             {
               CallWithoutGil release;
@@ -529,14 +651,16 @@ void BindCore(nb::module_& m) {
             Status s;
             {
               CallWithoutGil release;
-              s = mw->Submit(std::move(r), PyCompletion{cb});
+              s = mw->Submit(std::move(r), PyCompletion{cb, mw.get()});
             }
             ThrowIfError(s);
           },
           nb::arg("op"), nb::arg("key"), nb::arg("value"), nb::arg("cls"), nb::arg("callback"),
           "Async request; callback(error, value) runs on a worker thread (error is None or\n"
           "an nvmw.errors instance). Every accepted request completes, also when the\n"
-          "middleware is closed, collected or the interpreter exits; ShutdownError once closed.")
+          "middleware is closed, collected or the interpreter exits; ShutdownError once closed.\n"
+          "With control, the callback may submit() but not make synchronous calls into this\n"
+          "middleware (NotSupportedError: it would wait for its own worker).")
       .def("get_stats",
            [](PyMiddleware& self) { return StatsToDict(AcquireMiddleware(self, "get_stats")->GetStats()); })
       .def("get_state",

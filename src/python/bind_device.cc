@@ -6,6 +6,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 
@@ -28,6 +29,17 @@ uint32_t CheckAccessors(int64_t n) {
     ThrowIfError(Status::InvalidArgument("accessors must be in [1, 1048576]"));
   }
   return static_cast<uint32_t>(n);
+}
+
+// Readers and writers of a mixed access, each in [0, 2^20] (the model's counts are
+// 32-bit: a larger number would wrap around to a different one), at least one in all.
+void CheckMix(int64_t readers, int64_t writers) {
+  if (readers < 0 || writers < 0 || readers > (1 << 20) || writers > (1 << 20) ||
+      readers + writers < 1) {
+    ThrowIfError(Status::InvalidArgument(
+        "readers and writers must each be in [0, 1048576], at least one in all; got " +
+        std::to_string(readers) + " and " + std::to_string(writers)));
+  }
 }
 
 uint64_t CheckBytes(int64_t bytes) {
@@ -67,7 +79,20 @@ void BindDevice(nb::module_& m) {
           nb::arg("x"), nb::arg("y"))
       .def_rw("x", &DeviceCurve::x)
       .def_rw("y", &DeviceCurve::y)
-      .def("__call__", &DeviceCurve::At, nb::arg("x"))
+      .def(
+          "__call__",
+          [](const DeviceCurve& c, double at) {
+            // At() indexes y by x's positions: both must match, and a NaN would find no
+            // segment (it compares false with every point).
+            if (c.x.size() != c.y.size()) {
+              ThrowIfError(Status::InvalidArgument(
+                  "DeviceCurve has " + std::to_string(c.x.size()) + " x values but " +
+                  std::to_string(c.y.size()) + " y values"));
+            }
+            if (std::isnan(at)) ThrowIfError(Status::InvalidArgument("DeviceCurve: x is NaN"));
+            return c.At(at);
+          },
+          nb::arg("x"))
       .def("__len__", [](const DeviceCurve& c) { return c.x.size(); })
       .def("__repr__", [](const DeviceCurve& c) {
         return "DeviceCurve(" + std::to_string(c.x.size()) + " points)";
@@ -99,6 +124,8 @@ void BindDevice(nb::module_& m) {
   m.def(
       "load_device_profile",
       [](const std::string& devices_dir, const std::string& name_or_path) {
+        CheckPath("devices_dir", devices_dir);
+        CheckPath("device profile", name_or_path);
         DeviceProfile p;
         ThrowIfError(LoadDeviceProfile(devices_dir, name_or_path, &p));
         return p;
@@ -125,8 +152,7 @@ void BindDevice(nb::module_& m) {
       }, nb::arg("op"), nb::arg("bytes"))
       .def("rate_per_accessor",
            [](const DeviceModel& d, const std::string& op, int64_t readers, int64_t writers) {
-             if (readers < 0 || writers < 0 || readers + writers < 1)
-               ThrowIfError(Status::InvalidArgument("need readers, writers >= 0 and at least one"));
+             CheckMix(readers, writers);
              return d.RatePerAccessor(ParseOp(op), uint32_t(readers), uint32_t(writers));
            },
            nb::arg("op"), nb::arg("readers"), nb::arg("writers"))
@@ -145,8 +171,7 @@ void BindDevice(nb::module_& m) {
       .def("mixed_service_time_ns",
            [](const DeviceModel& d, const std::string& op, int64_t bytes, int64_t readers,
               int64_t writers) {
-             if (readers < 0 || writers < 0 || readers + writers < 1)
-               ThrowIfError(Status::InvalidArgument("need readers, writers >= 0 and at least one"));
+             CheckMix(readers, writers);
              return d.ServiceTimeNs(ParseOp(op), CheckBytes(bytes), uint32_t(readers),
                                     uint32_t(writers));
            },

@@ -20,6 +20,7 @@ void BindEngineBench(nb::module_& m) {
       [](const std::string& engine, const std::string& pool_dir, int threads,
          uint64_t small_keys, uint64_t large_keys, uint64_t small_bytes, uint64_t large_bytes,
          bool prefault) {
+        CheckPath("pool_dir", pool_dir);
         EngineBenchOptions o;
         o.engine = engine;
         o.pool_dir = pool_dir;

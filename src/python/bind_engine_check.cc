@@ -14,6 +14,9 @@ void BindEngineCheck(nb::module_& m) {
       "check_pmem_pool",
       [](const std::string& path, const std::string& salvage_to, uint64_t salvage_pool_size_bytes,
          const std::string& scratch_dir) {
+        CheckPath("path", path);
+        CheckPath("salvage_to", salvage_to);
+        CheckPath("scratch_dir", scratch_dir);
         PmemCheckOptions o;
         o.salvage_path = salvage_to;
         o.salvage_options.pool_size_bytes = salvage_pool_size_bytes;

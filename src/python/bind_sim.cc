@@ -37,14 +37,14 @@ double* ParamField(SimParams& p, const std::string& name) {
 SimParams ParamsFromDict(const nb::dict& d) {
   SimParams p;
   for (auto [k, v] : d) {
-    const std::string name = nb::cast<std::string>(k);
+    const std::string name = OptionName("sim params", k);
     double* f = ParamField(p, name);
     if (f == nullptr) {
       throw nb::value_error(("unknown sim parameter '" + name +
                              "' (cores, background, client_cpu_us, wake_cpu_us, op_cpu_us, "
                              "copy_bytes_per_ns, jitter, quantum_us, spin_us)").c_str());
     }
-    *f = nb::cast<double>(v);
+    *f = OptionAs<double>("sim param " + name, v);
   }
   return p;
 }
@@ -52,13 +52,13 @@ SimParams ParamsFromDict(const nb::dict& d) {
 SimClassWorkload WorkloadFromDict(const nb::dict& d) {
   SimClassWorkload w;
   for (auto [k, v] : d) {
-    const std::string name = nb::cast<std::string>(k);
-    if (name == "times_us") w.times_us = nb::cast<std::vector<double>>(v);
-    else if (name == "writes") w.writes = nb::cast<std::vector<uint8_t>>(v);
-    else if (name == "bytes") w.bytes = nb::cast<std::vector<uint32_t>>(v);
-    else if (name == "period_us") w.period_us = nb::cast<double>(v);
-    else if (name == "clients") w.clients = nb::cast<int>(v);
-    else if (name == "async") w.async = nb::cast<bool>(v);
+    const std::string name = OptionName("workload", k);
+    if (name == "times_us") w.times_us = OptionAs<std::vector<double>>("workload " + name, v);
+    else if (name == "writes") w.writes = OptionAs<std::vector<uint8_t>>("workload " + name, v);
+    else if (name == "bytes") w.bytes = OptionAs<std::vector<uint32_t>>("workload " + name, v);
+    else if (name == "period_us") w.period_us = OptionAs<double>("workload " + name, v);
+    else if (name == "clients") w.clients = OptionAs<int>("workload " + name, v);
+    else if (name == "async") w.async = OptionAs<bool>("workload " + name, v);
     else throw nb::value_error(("unknown workload key '" + name +
                                 "' (times_us, writes, bytes, period_us, clients, async)").c_str());
   }

@@ -28,11 +28,7 @@ namespace {
 }
 
 uint64_t ToUint(const char* what, const std::string& key, nb::handle v) {
-  double d = nb::cast<double>(v);
-  if (!(d >= 0) || d != std::floor(d) || d > 9.0e18) {
-    Bad(std::string(what) + ": " + key + " must be a non-negative integer");
-  }
-  return static_cast<uint64_t>(d);
+  return OptionUint(std::string(what) + ": " + key, v);
 }
 
 TraceFormat ToFormat(const std::string& name) {
@@ -57,14 +53,14 @@ RequestClass ToClass(const std::string& cls) {
 AzureSynthOptions AzureFromDict(const nb::dict& d) {
   AzureSynthOptions o;
   for (auto [k, v] : d) {
-    std::string key = nb::cast<std::string>(k);
+    std::string key = OptionName("azure synth", k);
     if (v.is_none()) continue;
     if (key == "rows") o.rows = ToUint("azure synth", key, v);
     else if (key == "seed") o.seed = ToUint("azure synth", key, v);
-    else if (key == "accesses_per_s") o.accesses_per_s = nb::cast<double>(v);
-    else if (key == "new_blob_fraction") o.new_blob_fraction = nb::cast<double>(v);
-    else if (key == "write_fraction") o.write_fraction = nb::cast<double>(v);
-    else if (key == "start_unix_ms") o.start_unix_ms = nb::cast<int64_t>(v);
+    else if (key == "accesses_per_s") o.accesses_per_s = OptionAs<double>("azure synth: " + key, v);
+    else if (key == "new_blob_fraction") o.new_blob_fraction = OptionAs<double>("azure synth: " + key, v);
+    else if (key == "write_fraction") o.write_fraction = OptionAs<double>("azure synth: " + key, v);
+    else if (key == "start_unix_ms") o.start_unix_ms = OptionAs<int64_t>("azure synth: " + key, v);
     else if (key == "max_blob_bytes") o.max_blob_bytes = ToUint("azure synth", key, v);
     else Bad("azure synth: unknown option '" + key + "'");
   }
@@ -74,7 +70,7 @@ AzureSynthOptions AzureFromDict(const nb::dict& d) {
 SvdSynthOptions SvdFromDict(const nb::dict& d) {
   SvdSynthOptions o;
   for (auto [k, v] : d) {
-    std::string key = nb::cast<std::string>(k);
+    std::string key = OptionName("svd synth", k);
     if (v.is_none()) continue;
     if (key == "rows") o.rows = ToUint("svd synth", key, v);
     else if (key == "seed") o.seed = ToUint("svd synth", key, v);
@@ -84,8 +80,8 @@ SvdSynthOptions SvdFromDict(const nb::dict& d) {
     else if (key == "stacked_r_bytes") o.stacked_r_bytes = ToUint("svd synth", key, v);
     else if (key == "factor_bytes") o.factor_bytes = ToUint("svd synth", key, v);
     else if (key == "singular_values_bytes") o.singular_values_bytes = ToUint("svd synth", key, v);
-    else if (key == "task_ms") o.task_ms = nb::cast<double>(v);
-    else if (key == "gap_between_jobs_ms") o.gap_between_jobs_ms = nb::cast<double>(v);
+    else if (key == "task_ms") o.task_ms = OptionAs<double>("svd synth: " + key, v);
+    else if (key == "gap_between_jobs_ms") o.gap_between_jobs_ms = OptionAs<double>("svd synth: " + key, v);
     else Bad("svd synth: unknown option '" + key + "'");
   }
   return o;
@@ -94,14 +90,14 @@ SvdSynthOptions SvdFromDict(const nb::dict& d) {
 TraceFilter FilterFromDict(const nb::dict& d) {
   TraceFilter f;
   for (auto [k, v] : d) {
-    std::string key = nb::cast<std::string>(k);
+    std::string key = OptionName("trace filter", k);
     if (v.is_none()) continue;
-    if (key == "start_s") f.start_s = nb::cast<double>(v);
-    else if (key == "end_s") f.end_s = nb::cast<double>(v);
+    if (key == "start_s") f.start_s = OptionAs<double>("trace filter: " + key, v);
+    else if (key == "end_s") f.end_s = OptionAs<double>("trace filter: " + key, v);
     else if (key == "min_bytes") f.min_bytes = ToUint("trace filter", key, v);
     else if (key == "max_bytes") f.max_bytes = ToUint("trace filter", key, v);
     else if (key == "max_records") f.max_records = ToUint("trace filter", key, v);
-    else if (key == "rebase") f.rebase = nb::cast<bool>(v);
+    else if (key == "rebase") f.rebase = OptionAs<bool>("trace filter: " + key, v);
     else Bad("trace filter: unknown option '" + key + "'");
   }
   return f;
@@ -110,12 +106,18 @@ TraceFilter FilterFromDict(const nb::dict& d) {
 TraceTransform TransformFromDict(const nb::dict& d) {
   TraceTransform t;
   for (auto [k, v] : d) {
-    std::string key = nb::cast<std::string>(k);
+    std::string key = OptionName("trace transform", k);
     if (v.is_none()) continue;
-    if (key == "fixed_bytes") t.fixed_bytes = static_cast<int64_t>(ToUint("trace transform", key, v));
-    else if (key == "write_ratio") t.write_ratio = nb::cast<double>(v);
+    if (key == "fixed_bytes") {
+      const uint64_t b = ToUint("trace transform", key, v);
+      if (b > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        Bad("trace transform: fixed_bytes must be in [0, 2^63-1]");
+      }
+      t.fixed_bytes = static_cast<int64_t>(b);
+    }
+    else if (key == "write_ratio") t.write_ratio = OptionAs<double>("trace transform: " + key, v);
     else if (key == "key_space") t.key_space = ToUint("trace transform", key, v);
-    else if (key == "key_prefix") t.key_prefix = nb::cast<std::string>(v);
+    else if (key == "key_prefix") t.key_prefix = OptionAs<std::string>("trace transform: " + key, v);
     else if (key == "seed") t.seed = ToUint("trace transform", key, v);
     else Bad("trace transform: unknown option '" + key + "'");
   }
@@ -125,14 +127,14 @@ TraceTransform TransformFromDict(const nb::dict& d) {
 ReplayOptions ReplayFromDict(const nb::dict& d) {
   ReplayOptions o;
   for (auto [k, v] : d) {
-    std::string key = nb::cast<std::string>(k);
+    std::string key = OptionName("replay", k);
     if (v.is_none()) continue;
     if (key == "threads") o.threads = static_cast<int>(std::min<uint64_t>(ToUint("replay", key, v), 1u << 30));
-    else if (key == "cls") o.cls = ToClass(nb::cast<std::string>(v));
-    else if (key == "accel") o.accel = nb::cast<double>(v);
-    else if (key == "loop") o.loop = nb::cast<bool>(v);
-    else if (key == "duration_s") o.duration_s = nb::cast<double>(v);
-    else if (key == "preload") o.preload = nb::cast<bool>(v);
+    else if (key == "cls") o.cls = ToClass(OptionAs<std::string>("replay: " + key, v));
+    else if (key == "accel") o.accel = OptionAs<double>("replay: " + key, v);
+    else if (key == "loop") o.loop = OptionAs<bool>("replay: " + key, v);
+    else if (key == "duration_s") o.duration_s = OptionAs<double>("replay: " + key, v);
+    else if (key == "preload") o.preload = OptionAs<bool>("replay: " + key, v);
     else if (key == "preload_threads") o.preload_threads = static_cast<int>(std::min<uint64_t>(ToUint("replay", key, v), 1u << 30));
     else if (key == "seed") o.seed = ToUint("replay", key, v);
     else if (key == "max_value_bytes") o.max_value_bytes = ToUint("replay", key, v);
@@ -304,6 +306,7 @@ void BindTrace(nb::module_& m) {
       .def(
           "write",
           [](const Trace& t, const std::string& path, const std::string& format, uint64_t seed, bool shuffle) {
+            CheckPath("path", path);
             Status s;
             TraceFormat f = ToFormat(format);
             {
@@ -318,11 +321,12 @@ void BindTrace(nb::module_& m) {
       "read_trace",
       [](const std::string& path, const std::string& format, bool skip_malformed, nb::object start_unix_ms,
          nb::object end_unix_ms, uint64_t max_rows, uint64_t max_bytes) {
+        CheckPath("path", path);
         TraceReadOptions o;
         o.format = ToFormat(format);
         o.skip_malformed = skip_malformed;
-        if (!start_unix_ms.is_none()) o.start_unix_ms = nb::cast<int64_t>(start_unix_ms);
-        if (!end_unix_ms.is_none()) o.end_unix_ms = nb::cast<int64_t>(end_unix_ms);
+        if (!start_unix_ms.is_none()) o.start_unix_ms = OptionAs<int64_t>("read_trace: start_unix_ms", start_unix_ms);
+        if (!end_unix_ms.is_none()) o.end_unix_ms = OptionAs<int64_t>("read_trace: end_unix_ms", end_unix_ms);
         o.max_rows = max_rows;
         o.max_bytes = max_bytes;
         std::atomic<bool> cancel{false};
@@ -347,7 +351,7 @@ void BindTrace(nb::module_& m) {
           nb::bytes b = nb::borrow<nb::bytes>(content);
           text.assign(b.c_str(), b.size());
         } else {
-          text = nb::cast<std::string>(content);
+          text = OptionAs<std::string>("parse_trace: text", content);
         }
         TraceReadOptions o;
         o.format = ToFormat(format);

@@ -18,27 +18,22 @@ namespace nvmw::py {
 namespace {
 
 uint64_t NonNegativeInt(const char* name, nb::handle v) {
-  const double d = nb::cast<double>(v);
-  if (!(d >= 0) || d != std::floor(d) || d > 9.0e18) {
-    ThrowIfError(Status::InvalidArgument(std::string("ycsb: ") + name +
-                                         " must be a non-negative integer"));
-  }
-  return static_cast<uint64_t>(d);
+  return OptionUint(std::string("ycsb: ") + name, v);
 }
 
 YcsbOptions OptionsFromDict(const nb::dict& d) {
   YcsbOptions o;
   for (auto [k, v] : d) {
-    const std::string key = nb::cast<std::string>(k);
+    const std::string key = OptionName("ycsb", k);
     if (v.is_none()) continue;  // keep the default
     if (key == "record_count") o.record_count = NonNegativeInt("record_count", v);
     else if (key == "operation_count") o.operation_count = NonNegativeInt("operation_count", v);
-    else if (key == "duration_s") o.duration_s = nb::cast<double>(v);
-    else if (key == "read_proportion") o.read_proportion = nb::cast<double>(v);
-    else if (key == "update_proportion") o.update_proportion = nb::cast<double>(v);
-    else if (key == "insert_proportion") o.insert_proportion = nb::cast<double>(v);
-    else if (key == "distribution") ThrowIfError(ParseKeyDistribution(nb::cast<std::string>(v), &o.distribution));
-    else if (key == "zipfian_constant") o.zipfian_constant = nb::cast<double>(v);
+    else if (key == "duration_s") o.duration_s = OptionAs<double>("ycsb: " + key, v);
+    else if (key == "read_proportion") o.read_proportion = OptionAs<double>("ycsb: " + key, v);
+    else if (key == "update_proportion") o.update_proportion = OptionAs<double>("ycsb: " + key, v);
+    else if (key == "insert_proportion") o.insert_proportion = OptionAs<double>("ycsb: " + key, v);
+    else if (key == "distribution") ThrowIfError(ParseKeyDistribution(OptionAs<std::string>("ycsb: " + key, v), &o.distribution));
+    else if (key == "zipfian_constant") o.zipfian_constant = OptionAs<double>("ycsb: " + key, v);
     else if (key == "value_bytes") {
       const uint64_t b = NonNegativeInt("value_bytes", v);
       if (b > (1ull << 30)) ThrowIfError(Status::InvalidArgument("ycsb: value_bytes above 1 GiB"));
@@ -46,10 +41,10 @@ YcsbOptions OptionsFromDict(const nb::dict& d) {
     }
     else if (key == "threads") o.threads = static_cast<int>(std::min<uint64_t>(NonNegativeInt("threads", v), 1u << 30));
     else if (key == "load_threads") o.load_threads = static_cast<int>(std::min<uint64_t>(NonNegativeInt("load_threads", v), 1u << 30));
-    else if (key == "target_ops_per_s") o.target_ops_per_s = nb::cast<double>(v);
-    else if (key == "request_class") ThrowIfError(ParseRequestClass(nb::cast<std::string>(v), &o.request_class));
+    else if (key == "target_ops_per_s") o.target_ops_per_s = OptionAs<double>("ycsb: " + key, v);
+    else if (key == "request_class") ThrowIfError(ParseRequestClass(OptionAs<std::string>("ycsb: " + key, v), &o.request_class));
     else if (key == "seed") o.seed = NonNegativeInt("seed", v);
-    else if (key == "interval_s") o.interval_s = nb::cast<double>(v);
+    else if (key == "interval_s") o.interval_s = OptionAs<double>("ycsb: " + key, v);
     else ThrowIfError(Status::InvalidArgument("ycsb: unknown option '" + key + "'"));
   }
   ThrowIfError(YcsbGenerator::Validate(o));

@@ -358,3 +358,123 @@ def test_dropping_a_generator_or_replay_with_callbacks_pending():
     """)
     assert child.returncode == 0, child.stderr
     assert "ok" in child.stdout
+
+
+# A child that deadlocks in these never exits; one that works needs about a second.
+CALLBACK_CHILD_TIMEOUT_S = 120
+
+
+def _run_callback_child(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=_child_env(),
+                          capture_output=True, text=True, timeout=CALLBACK_CHILD_TIMEOUT_S)
+
+
+@pytest.mark.parametrize("control, execution", [(True, "caller-runs"), (True, "handoff"),
+                                                (False, "caller-runs")])
+def test_close_from_inside_a_completion_callback(control, execution):
+    # close() waited for every accepted request, the one whose callback called it too:
+    # the worker (or, without control, the submitting caller) waited for itself.
+    child = _run_callback_child(f"""
+        import threading
+        import nvmw
+        from nvmw import errors
+
+        mw = nvmw.Middleware(engine="memory", control={control}, execution="{execution}")
+        mw.put(b"k", b"v")
+        closed = threading.Event()
+        seen = []
+
+        def callback(error, value):
+            mw.close()
+            seen.append(value)
+            closed.set()
+
+        pending = [mw.submit("get", b"k") for _ in range(50)]
+        mw.core.submit(0, b"k", b"", 0, callback)
+        assert closed.wait(60)
+        try:
+            mw.get(b"k")
+        except errors.ShutdownError:
+            pass
+        else:
+            raise AssertionError("a call after close() succeeded")
+        mw.close()  # from this thread: waits for the drain begun by the callback
+        assert not mw.core.running
+        assert seen == [b"v"]
+        assert all(f.result(60) == b"v" for f in pending)
+        print("ok", flush=True)
+    """)
+    assert child.returncode == 0, child.stderr
+    assert "ok" in child.stdout
+
+
+@pytest.mark.parametrize("holder", ["core", "wrapper"])
+def test_last_reference_dropped_by_a_completion_callback(holder, shm_dir):
+    # The callback held the last reference to its middleware: freeing it after the
+    # call stopped the middleware on its own worker, which waited for itself (the
+    # wrapper's close() hung the process; the core's destructor hung the worker, and
+    # the pool stayed open). The pool can be opened again once the middleware is freed.
+    pool = os.path.join(shm_dir, "cb.pool")
+    make = ("_core.Middleware(_core.open_pmem_engine(POOL, 8 << 20), 1, 1)" if holder == "core"
+            else "nvmw.Middleware(POOL, pool_size=8 << 20)")
+    core = "mw" if holder == "core" else "mw.core"
+    child = _run_callback_child(f"""
+        import time
+        import nvmw
+        from nvmw import _core, errors
+
+        POOL = {pool!r}
+        for round in range(3):
+            mw = {make}
+            {core}.submit(1, b"k", b"v", 0, lambda error, value, mw=mw: None)
+            del mw
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    engine = _core.open_pmem_engine(POOL, 8 << 20)
+                    break
+                except errors.StorageIOError:  # still open: the middleware lives on
+                    assert time.monotonic() < deadline, "the middleware was never freed"
+                    time.sleep(0.01)
+            assert engine.get(b"k") == b"v"
+            del engine
+        print("ok", flush=True)
+    """)
+    assert child.returncode == 0, child.stderr
+    assert "ok" in child.stdout
+    assert "leaked" not in child.stderr
+
+
+def test_sync_call_from_a_completion_callback_is_refused():
+    # A Future's done-callback runs on the worker that completed the request, holding
+    # the class's only permit: a synchronous call of that class waited for it forever.
+    child = _run_callback_child("""
+        import threading
+        import nvmw
+        from nvmw import errors
+
+        with nvmw.Middleware(engine="memory", interactive_threads=1) as mw:
+            raised = []
+            done = threading.Event()
+
+            def then(fut):
+                try:
+                    mw.put(b"x", b"y", cls="interactive")
+                except errors.NotSupportedError as e:
+                    raised.append(str(e))
+                done.set()
+
+            mw.submit("get", b"k", cls="interactive").add_done_callback(then)
+            assert done.wait(60)
+            assert raised and "use submit()" in raised[0], raised
+            # Asynchronous calls from a callback are fine.
+            inner = []
+            mw.submit("put", b"a", b"1").add_done_callback(
+                lambda f: inner.append(mw.submit("get", b"a")))
+            while not inner:
+                pass
+            assert inner[0].result(60) == b"1"
+        print("ok", flush=True)
+    """)
+    assert child.returncode == 0, child.stderr
+    assert "ok" in child.stdout

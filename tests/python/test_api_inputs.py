@@ -1,0 +1,179 @@
+"""Bad input to the Python API: wrong types, fractions, NaN, numbers beyond the core's
+types and paths with NUL characters end in an exception that names the argument, never
+in a crash, a silently truncated number or a different file."""
+import math
+import os
+
+import pytest
+
+import nvmw
+from nvmw import _core, devices, errors
+from nvmw.middleware import open_engine
+
+
+# ---- Middleware and open_engine ------------------------------------------------------
+
+@pytest.mark.parametrize("option, value, error", [
+    ("max_threads", 1.5, errors.InvalidArgumentError),
+    ("max_threads", "3", TypeError),
+    ("queue_capacity", 1.5, errors.InvalidArgumentError),
+    ("batch_nice", 1.9, errors.InvalidArgumentError),
+    ("spin_ns", math.inf, errors.InvalidArgumentError),
+    ("interactive_threads", 1.7, errors.InvalidArgumentError),
+    ("interactive_threads", math.nan, errors.InvalidArgumentError),
+    ("batch_threads", None, TypeError),
+    ("window_s", "1", TypeError),
+    ("window_s", None, TypeError),
+    ("control", None, TypeError),
+    ("control", "no", TypeError),
+    ("execution", None, TypeError),
+    ("execution", b"handoff", TypeError),
+])
+def test_middleware_options_of_the_wrong_kind_are_named(option, value, error):
+    with pytest.raises(error, match=f"^{option} must be"):
+        nvmw.Middleware(engine="memory", **{option: value})
+
+
+def test_middleware_options_accept_integral_floats_and_numpy_like_ints():
+    class Index:
+        def __index__(self):
+            return 3
+
+    with nvmw.Middleware(engine="memory", max_threads=Index(), interactive_threads=2.0,
+                         spin_ns=2e4, window_s=1) as mw:
+        assert mw.threads == (2, 1)
+        assert mw.set_threads(Index(), 1.0) == (3, 1)
+
+
+def test_resizing_refuses_fractions_and_strings():
+    with nvmw.Middleware(engine="memory") as mw:
+        with pytest.raises(errors.InvalidArgumentError, match="interactive"):
+            mw.set_threads(1.5, 2)
+        with pytest.raises(TypeError, match="batch"):
+            mw.set_threads(2, "2")
+        with pytest.raises(errors.InvalidArgumentError, match="action"):
+            mw.perform_action(1.5)
+        with pytest.raises(TypeError, match="action"):
+            mw.perform_action("3")
+        assert mw.threads == (1, 1)
+
+
+def test_wait_for_window_arguments_are_named():
+    with nvmw.Middleware(engine="memory", window_s=0.05) as mw:
+        with pytest.raises(errors.InvalidArgumentError, match="after_seq"):
+            mw.wait_for_window(-1)
+        with pytest.raises(TypeError, match="after_seq"):
+            mw.wait_for_window(None)
+        with pytest.raises(TypeError, match="timeout_s"):
+            mw.wait_for_window(0, None)
+        assert mw.wait_for_window(0, 30)["seq"] >= 1
+
+
+def test_queue_length_needs_a_real_class():
+    with nvmw.Middleware(engine="memory") as mw:
+        assert mw.queue_length("interactive") == 0
+        for cls in ("auto", None):
+            with pytest.raises(errors.InvalidArgumentError, match="queue_length"):
+                mw.queue_length(cls)
+
+
+def test_open_engine_file_mode_and_flags(shm_dir):
+    path = os.path.join(shm_dir, "m.pool")
+    # "644" would have been read as decimal 644 (0o1204, sticky bit) before.
+    with pytest.raises(TypeError, match="file_mode"):
+        open_engine("pmem", path, pool_size=8 << 20, file_mode="644")
+    with pytest.raises(errors.InvalidArgumentError, match="file_mode"):
+        open_engine("pmem", path, pool_size=8 << 20, file_mode=1.5)
+    with pytest.raises(TypeError, match="create_if_missing"):
+        open_engine("pmem", path, pool_size=8 << 20, create_if_missing=None)
+    assert not os.path.exists(path)
+    engine = open_engine("pmem", os.fsencode(path), pool_size=8 << 20)  # a bytes path
+    engine.put(b"k", b"v")
+    assert os.path.exists(path)
+
+
+# ---- paths ----------------------------------------------------------------------------
+
+def test_paths_with_a_nul_character_are_refused(shm_dir):
+    # The operating system sees only the part before the NUL: another file.
+    bad = os.path.join(shm_dir, "a\x00b")
+    with pytest.raises(errors.InvalidArgumentError, match="NUL"):
+        open_engine("pmem", bad, pool_size=8 << 20)
+    with pytest.raises(errors.InvalidArgumentError, match="NUL"):
+        _core.read_trace(bad, "native")
+    with pytest.raises(errors.InvalidArgumentError, match="NUL"):
+        _core.synth_azure({"rows": 3}).write(bad)
+    with pytest.raises(errors.InvalidArgumentError, match="NUL"):
+        _core.check_pmem_pool(bad)
+    with pytest.raises(errors.InvalidArgumentError, match="NUL"):
+        devices.load_profile(os.path.join(shm_dir, "p.toml\x00x"))
+    assert os.listdir(shm_dir) == []
+
+
+# ---- device model ---------------------------------------------------------------------
+
+def test_device_curve_call_checks_its_points_and_argument():
+    # Each of these read outside the curve's vectors (a crash for x without y).
+    with pytest.raises(errors.InvalidArgumentError, match="1 x values but 0 y values"):
+        _core.DeviceCurve([1.0], [])(0.5)
+    with pytest.raises(errors.InvalidArgumentError, match="3 x values but 1 y values"):
+        _core.DeviceCurve([1.0, 2.0, 3.0], [5.0])(2.5)
+    curve = _core.DeviceCurve([1.0, 2.0], [1.0, 3.0])
+    with pytest.raises(errors.InvalidArgumentError, match="NaN"):
+        curve(math.nan)
+    curve.y = [1.0]
+    with pytest.raises(errors.InvalidArgumentError, match="2 x values but 1 y values"):
+        curve(1.5)
+    assert _core.DeviceCurve([1.0, 2.0], [1.0, 3.0])(1.5) == 2.0
+    assert _core.DeviceCurve()(7.0) == 1.0
+
+
+def test_mixed_accessor_counts_beyond_32_bits_are_refused():
+    model = devices.model("optane-1dimm")
+    # 2^32 readers wrapped around to 0 before: the answer for one writer alone.
+    for call in (lambda: model.rate_per_accessor("read", 2**32, 1),
+                 lambda: model.mixed_service_time_ns("read", 4096, 2**32 + 2, 0)):
+        with pytest.raises(errors.InvalidArgumentError, match="readers and writers"):
+            call()
+    assert model.mixed_service_time_ns("read", 4096, 3, 0) == model.service_time_ns("read", 4096, 3)
+
+
+# ---- option dicts -----------------------------------------------------------------------
+
+def _ycsb(mw, **options):
+    return _core.YcsbGenerator(mw.core, {"record_count": 10, "operation_count": 10, "threads": 1, **options})
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda mw: _ycsb(mw, record_count="10"), "ycsb: record_count must be an integer, not str"),
+    (lambda mw: _ycsb(mw, duration_s="1"), "ycsb: duration_s must be a number, not str"),
+    (lambda mw: _ycsb(mw, distribution=3), "ycsb: distribution must be a str, not int"),
+    (lambda mw: _core.YcsbGenerator(mw.core, {1: 2}), "ycsb: option names must be str"),
+    (lambda mw: _core.synth_azure({"rows": "5"}), "azure synth: rows must be an integer"),
+    (lambda mw: _core.synth_azure({"rows": 3}).filter({"rebase": "yes"}), "trace filter: rebase"),
+    (lambda mw: _core.Replay(_core.synth_azure({"rows": 3}), {"cls": 1}), "replay: cls must be a str"),
+    (lambda mw: _core.Simulator({"cores": "2"}), "sim param cores must be a number"),
+    (lambda mw: _core.Simulator({}).set_workload({"times_us": "abc"}, {}), "workload times_us"),
+    (lambda mw: _core.read_trace("t.csv", start_unix_ms="x"), "read_trace: start_unix_ms"),
+])
+def test_option_dicts_name_a_value_of_the_wrong_type(make, message):
+    # These raised RuntimeError("std::bad_cast") before, naming nothing.
+    with nvmw.Middleware(engine="memory") as mw:
+        with pytest.raises(TypeError, match=message):
+            make(mw)
+
+
+def test_integer_options_are_exact_to_64_bits():
+    # Read through a double before: 2^53 + 1 became 2^53 (the same trace as seed 2^53),
+    # and seeds above 9e18 were refused.
+    a = _core.synth_azure({"rows": 50, "seed": 2**53}).records()
+    b = _core.synth_azure({"rows": 50, "seed": 2**53 + 1}).records()
+    assert a != b
+    assert len(_core.synth_azure({"rows": 5, "seed": 2**64 - 1})) == 5
+    with pytest.raises(errors.InvalidArgumentError, match="seed must be an integer in"):
+        _core.synth_azure({"rows": 5, "seed": 2**64})
+    with pytest.raises(errors.InvalidArgumentError, match="rows must be an integer in"):
+        _core.synth_azure({"rows": 2.5})
+    # 2^64 - 1 bytes wrapped around to -1 ("keep the sizes") before.
+    with pytest.raises(errors.InvalidArgumentError, match="fixed_bytes"):
+        _core.synth_azure({"rows": 3}).transform({"fixed_bytes": 2**64 - 1})
