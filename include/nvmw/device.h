@@ -25,7 +25,7 @@ const char* DeviceOpName(DeviceOp op);
 
 // A piecewise-linear function y(x) through measured points; x strictly increasing.
 // Outside [x.front(), x.back()] it holds the end value (no extrapolation). An empty
-// curve is the constant 1 (used for optional factors).
+// curve is the constant 1 (used for optional factors). A NaN gives the first point's value.
 struct DeviceCurve {
   std::vector<double> x;
   std::vector<double> y;

@@ -13,7 +13,7 @@ const char* DeviceOpName(DeviceOp op) { return op == DeviceOp::kRead ? "read" : 
 
 double DeviceCurve::At(double at) const {
   if (x.empty()) return 1.0;
-  if (at <= x.front()) return y.front();
+  if (!(at > x.front())) return y.front();  // NaN too: never search with it
   if (at >= x.back()) return y.back();
   auto it = std::upper_bound(x.begin(), x.end(), at);
   size_t hi = static_cast<size_t>(it - x.begin());

@@ -157,6 +157,17 @@ TEST(DeviceModelTest, StallMagnitudeFromTailData) {
   EXPECT_EQ(p.write_stall_probability, 0.0);  // off unless asked for
 }
 
+TEST(DeviceCurveTest, ClampsAtTheEndsAndNaNToTheFirstPoint) {
+  DeviceCurve c;
+  c.x = {1, 2, 4};
+  c.y = {10, 20, 40};
+  EXPECT_DOUBLE_EQ(c.At(0), 10);
+  EXPECT_DOUBLE_EQ(c.At(3), 30);
+  EXPECT_DOUBLE_EQ(c.At(9), 40);
+  // A NaN once passed both end checks and was searched for, which ran past the end.
+  EXPECT_DOUBLE_EQ(c.At(std::nan("")), 10);
+}
+
 TEST(ValidateDeviceProfileTest, RejectsBrokenCurves) {
   DeviceProfile good = Load("optane-1dimm");
   ASSERT_TRUE(ValidateDeviceProfile(good).ok());
