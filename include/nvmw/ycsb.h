@@ -139,8 +139,12 @@ class YcsbGenerator {
   void Stop();
   // Waits for every client thread (they end by op count, duration or Stop()).
   Status Join();
-  // Statistics of the run so far joined; Load's figures even before Run.
+  // Statistics of the run so far joined; Load's figures even before Run. Load's
+  // figures (records_loaded, load_s, first_error) are filled in even when it returns
+  // NotSupported for a run started and not yet joined.
   Status Results(YcsbResults* results) const;
+  // Load, Start, Join and Results may be called from different threads; they take
+  // turns (a Start during a Load waits for it, then runs).
   // Start + Join + Results.
   Status Run(YcsbResults* results);
 

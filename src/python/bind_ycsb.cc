@@ -131,7 +131,14 @@ void JoinInterruptibly(YcsbGenerator& g) {
 
 nb::dict JoinedResults(YcsbGenerator& g) {
   YcsbResults r;
-  ThrowIfError(g.Results(&r));
+  Status s;
+  {
+    // Results waits while another thread's join() holds the generator, and that join
+    // may wait for a completion that needs the GIL.
+    CallWithoutGil release;
+    s = g.Results(&r);
+  }
+  ThrowIfError(s);
   return ResultsToDict(r);
 }
 
@@ -153,10 +160,21 @@ void BindYcsb(nb::module_& m) {
           [](PyYcsbGenerator& g) {
             Status s = RunInterruptibly([&] { return g.Load(); }, [&] { g.Stop(); });
             ThrowIfError(s);
-            return JoinedResults(g);
+            // The load's own figures. Another thread may have started the run since; then
+            // Results says NotSupported until it is joined, but fills these in anyway.
+            YcsbResults r;
+            {
+              CallWithoutGil release;
+              (void)g.Results(&r);
+            }
+            nb::dict d;
+            d["records_loaded"] = r.records_loaded;
+            d["load_s"] = r.load_s;
+            d["first_error"] = r.first_error;
+            return d;
           },
-          "Insert the records (load phase); returns records_loaded/load_s. Ctrl-C stops the\n"
-          "loaders and raises KeyboardInterrupt.")
+          "Insert the records (load phase); returns records_loaded, load_s and first_error.\n"
+          "Ctrl-C stops the loaders and raises KeyboardInterrupt.")
       .def(
           "start",
           [](PyYcsbGenerator& g) {

@@ -127,7 +127,11 @@ struct YcsbGenerator::Impl {
   std::atomic<int> live_clients{0};
   std::vector<std::thread> threads;
   std::vector<std::unique_ptr<ThreadStats>> stats;
-  bool started = false, joined = false;
+  // Load, Start, Join and Results may be called from several threads: mu serialises
+  // them (Stop never takes it, so it can end a Load or a run in progress).
+  mutable std::mutex mu;
+  std::atomic<bool> started{false};  // read by running() without mu
+  bool joined = false;
   Clock::time_point run_start, deadline;
   bool has_deadline = false;
   uint64_t key_space = 0;
@@ -304,6 +308,7 @@ Status YcsbGenerator::Load() {
   Impl& m = *impl_;
   Status s = Validate(m.opt);
   if (!s.ok()) return s;
+  std::lock_guard<std::mutex> lock(m.mu);
   if (m.started) return Status::NotSupported("ycsb: Load after Start");
   const int n_threads = static_cast<int>(std::min<uint64_t>(
       std::max<uint64_t>(m.opt.record_count, 1), m.opt.load_threads > 0 ? m.opt.load_threads : m.opt.threads));
@@ -363,6 +368,7 @@ Status YcsbGenerator::Start() {
   Impl& m = *impl_;
   Status s = Validate(m.opt);
   if (!s.ok()) return s;
+  std::lock_guard<std::mutex> lock(m.mu);
   if (m.started) return Status::NotSupported("ycsb: a generator runs once; make a new one");
   if (m.mw != nullptr && !m.mw->running()) return Status::Shutdown("ycsb: middleware is not running");
   m.started = true;
@@ -406,6 +412,7 @@ Status YcsbGenerator::Start() {
 void YcsbGenerator::Stop() { impl_->stop.Set(); }
 
 Status YcsbGenerator::Join() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   for (auto& th : impl_->threads) {
     if (th.joinable()) th.join();
   }
@@ -419,6 +426,7 @@ bool YcsbGenerator::running() const {
 
 Status YcsbGenerator::Results(YcsbResults* r) const {
   const Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
   *r = YcsbResults();
   r->records_loaded = m.records_loaded;
   r->load_s = m.load_s;

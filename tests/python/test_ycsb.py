@@ -57,6 +57,37 @@ def test_background_mode_with_intervals():
     assert sum(iv["ops"] for iv in r["intervals"]) == r["all"]["ops"]
 
 
+def test_start_from_another_thread_during_load_waits_for_it():
+    # Two threads driving one generator: a start() during load() once began the run
+    # beside the loaders, so reads found records not loaded yet (or load() failed with
+    # "Results before Join" when the run outlived it).
+    import threading
+
+    with Middleware(engine="memory", control=False, window_s=0.1) as mw:
+        gen = _core.YcsbGenerator(mw.core, _small(record_count=200_000, operation_count=0,
+                                                  duration_s=0.1).to_options())
+        loaded, errors = {}, []
+
+        def load():
+            try:
+                loaded.update(gen.load())
+            except Exception as e:  # noqa: BLE001 - reported by the assertion below
+                errors.append(e)
+
+        loader = threading.Thread(target=load)
+        loader.start()
+        time.sleep(0.02)  # most likely inside the load by now; the outcome must not depend on it
+        gen.start()
+        r = gen.join()
+        loader.join()
+        count = mw.core.engine.count()
+    assert errors == []
+    assert loaded["records_loaded"] == 200_000 and loaded["first_error"] == ""
+    assert r["all"]["ops"] > 0 and r["all"]["errors"] == 0, r["first_error"]
+    assert r["read"]["not_found"] == 0  # every read came after the whole load
+    assert count >= 200_000
+
+
 def test_paced_run_issues_scheduled_count():
     with Middleware(engine="memory", window_s=0.1) as mw:
         r = run_ycsb(mw, _small(operation_count=0, duration_s=0.4, target_ops_per_s=1000))
