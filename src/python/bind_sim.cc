@@ -6,6 +6,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "nvmw/sim.h"
@@ -74,9 +75,20 @@ Execution ExecutionFromName(const std::string& name) {
 
 const char* ExecutionName(Execution e) { return e == Execution::kHandOff ? "handoff" : "caller-runs"; }
 
+// The Simulator is single-threaded; run_window releases the GIL, so a call from
+// another Python thread meanwhile would race with it. Every call that reaches the
+// Simulator takes `mu`, with the GIL released while it waits.
 struct PySimulator {
   std::unique_ptr<Simulator> sim;
   Execution execution = Execution::kCallerRuns;
+  std::mutex mu;
+
+  template <typename Fn>
+  auto Locked(Fn fn) {
+    nb::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu);
+    return fn();
+  }
 };
 
 }  // namespace
@@ -136,32 +148,28 @@ void BindSim(nb::module_& m) {
           "set_workload",
           [](PySimulator& self, const nb::dict& interactive, const nb::dict& batch, double start_offset_us) {
             const SimClassWorkload wi = WorkloadFromDict(interactive), wb = WorkloadFromDict(batch);
-            ThrowIfError(self.sim->SetWorkload(wi, wb, start_offset_us));
+            ThrowIfError(self.Locked([&] { return self.sim->SetWorkload(wi, wb, start_offset_us); }));
           },
           nb::arg("interactive"), nb::arg("batch"), nb::arg("start_offset_us") = 0.0,
           "Replace the offered workload: dicts with times_us, writes, bytes, period_us, clients\n"
           "and optionally async (True: submitted as Middleware.submit, run by the class's workers).")
-      .def("set_threads", [](PySimulator& self, int i, int b) { ThrowIfError(self.sim->SetThreads(i, b)); },
+      .def("set_threads",
+           [](PySimulator& self, int i, int b) { ThrowIfError(self.Locked([&] { return self.sim->SetThreads(i, b); })); },
            nb::arg("interactive"), nb::arg("batch"))
-      .def_prop_ro("threads", [](const PySimulator& self) {
+      .def_prop_ro("threads", [](PySimulator& self) {
         int i = 0, b = 0;
-        self.sim->GetThreads(&i, &b);
+        self.Locked([&] { self.sim->GetThreads(&i, &b); });
         return nb::make_tuple(i, b);
       })
       .def("run_window", [](PySimulator& self) {
         WindowStats w;
-        Status s;
-        {
-          nb::gil_scoped_release release;
-          s = self.sim->RunWindow(&w);
-        }
-        ThrowIfError(s);
+        ThrowIfError(self.Locked([&] { return self.sim->RunWindow(&w); }));
         return StatsToDict(w);
       }, "Advance one window of virtual time; the window's stats dict (as Middleware.get_stats).")
       .def_prop_ro("execution", [](const PySimulator& self) { return ExecutionName(self.execution); })
-      .def_prop_ro("now_s", [](const PySimulator& self) { return self.sim->now_s(); })
-      .def_prop_ro("virtual_s", [](const PySimulator& self) { return self.sim->virtual_s(); })
-      .def_prop_ro("events", [](const PySimulator& self) { return self.sim->events(); });
+      .def_prop_ro("now_s", [](PySimulator& self) { return self.Locked([&] { return self.sim->now_s(); }); })
+      .def_prop_ro("virtual_s", [](PySimulator& self) { return self.Locked([&] { return self.sim->virtual_s(); }); })
+      .def_prop_ro("events", [](PySimulator& self) { return self.Locked([&] { return self.sim->events(); }); });
 }
 
 }  // namespace nvmw::py

@@ -261,3 +261,33 @@ def test_interleaved_and_sequential_evaluation_agree_on_a_deterministic_env():
     for name in ta:
         assert ta[name]["p99_us"] == tb[name]["p99_us"] and ta[name]["schedule"] == tb[name]["schedule"]
     assert sorted(ta["no-control"]["schedule"]) == list(DEFAULT_PHASES)
+
+
+def test_calls_from_another_thread_wait_for_the_running_window():
+    # run_window releases the GIL; a call from another thread meanwhile once read (or
+    # changed) the simulator mid-window, a data race. Now it waits for the window's end,
+    # so the virtual time it sees is always a whole number of windows.
+    import threading
+
+    sim = _core.Simulator(default_params(), window_s=0.05, fast_forward=False)
+    n = 200
+    sim.set_workload({"times_us": [10.0 * i for i in range(n)], "writes": [i % 2 for i in range(n)],
+                      "bytes": [128] * n, "clients": 16, "period_us": 2000.0},
+                     {"times_us": [0.0], "writes": [1], "bytes": [800 * 1024], "clients": 4, "period_us": 1.0})
+    done = threading.Event()
+
+    def run():
+        for _ in range(5):
+            sim.run_window()
+        done.set()
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    seen = []
+    while not done.is_set():
+        seen.append(sim.virtual_s)
+        sim.set_threads(8, 2)
+    runner.join()
+    assert seen
+    assert all(abs(v / 0.05 - round(v / 0.05)) < 1e-6 for v in seen), sorted(set(seen))[:5]
+    assert sim.virtual_s == pytest.approx(0.25) and sim.threads == (8, 2)
