@@ -228,7 +228,7 @@ class Gradient(Controller):
         stats = info.get("stats")
         if stats:
             bp99 = float(stats["batch"]["p99_us"])
-            if bp99 > 0:
+            if bp99 > 0 and math.isfinite(bp99):  # an inf would stay in the long-term average for good
                 if self.batch_long_p99_ is None:
                     self.batch_long_p99_ = bp99
                 a = 2.0 / (self.long_window + 1)
@@ -320,6 +320,8 @@ class PolicyController(Controller):
 
     def act(self, obs, info):
         a = self.policy(obs)
-        if isinstance(a, tuple) and len(a) == 2 and not isinstance(a[0], np.ndarray):
-            return (int(a[0]), int(a[1]))
-        return int(np.asarray(a).item())
+        values = a if isinstance(a, tuple) and len(a) == 2 and not isinstance(a[0], np.ndarray) else (
+            np.asarray(a).item(),)
+        if any(int(v) != v for v in values):  # int() would truncate: 2.7 is not action 2
+            raise ValueError(f"policy {self.name!r} returned {a!r}: actions and thread counts are integers")
+        return tuple(int(v) for v in values) if len(values) == 2 else int(values[0])

@@ -59,8 +59,8 @@ class Window:
 def check_threads(threads: Sequence[int], max_threads: int) -> tuple[int, int]:
     """(i, b) as ints, or ValueError when either is outside [1, max_threads]."""
     i, b = threads
-    if not (1 <= int(i) <= max_threads and 1 <= int(b) <= max_threads):
-        raise ValueError(f"threads must be in [1, {max_threads}], got {tuple(threads)}")
+    if int(i) != i or int(b) != b or not (1 <= int(i) <= max_threads and 1 <= int(b) <= max_threads):
+        raise ValueError(f"threads must be integers in [1, {max_threads}], got {tuple(threads)}")
     return int(i), int(b)
 
 
@@ -106,6 +106,11 @@ class ControlLoop:
     def read(self) -> Window:
         """The plant's next window, judged by the SLA spec."""
         r = self.plant.read_window()
+        nan = np.isnan(np.asarray(r.obs, dtype=np.float64))
+        if nan.any():
+            # NaN features would reach a controller as is (an agent's argmax then picks action 0).
+            names = [n for n, bad in zip(_core.STATE_NAMES, nan) if bad]
+            raise ValueError(f"the plant reported NaN state features: {', '.join(names)}")
         metrics = self.sla.evaluate(r.stats) if r.stats is not None else self.sla.judge(r.p99_us, r.throughput)
         return Window(obs=r.obs, stats=r.stats, metrics=metrics, threads=self._threads)
 
@@ -137,6 +142,9 @@ def drive(env, controller, steps: int, obs, info, *, on_step: Optional[StepCallb
             action = 0
         else:
             action = int(decision)
+            if action != decision:  # int() would truncate 2.7 to action 2
+                raise ValueError(f"controller {getattr(controller, 'name', controller)!r} decided {decision!r}: "
+                                 f"an action is an integer in [0, {_core.N_ACTIONS})")
         next_obs, r, terminated, truncated, next_info = env.step(action)
         if on_step is not None:
             on_step(obs, action, r, next_obs, terminated, truncated, next_info)

@@ -151,9 +151,31 @@ class SLASpec:
             self.tp_goal, self, self.max_throughput, self.max_scale_tp)
 
     def measure(self, stats: Mapping[str, Any]) -> tuple[float, float]:
-        """(p99_us, ops_per_s) of the classes this spec judges, from a window-stats dict."""
-        return (float(stats[self.latency_class]["p99_us"]),
-                float(stats[self.throughput_class]["ops_per_s"]))
+        """(p99_us, ops_per_s) of the classes this spec judges, from a window-stats dict.
+
+        The SLA counts requests served, not requests that failed (the monitor's `ops`
+        include its `errors`): the throughput is the throughput class's ops/s times
+        (ops - errors) / ops. A window in which the latency class had
+        requests (completed, or waiting at the window's end) but served none (no
+        completion, or every one an error) has no tail latency of served requests: its
+        p99 is taken as the window's length (`duration_s`), since none was served within
+        it. A window in which the class had no requests at all is idle: p99 0, goal met.
+        A non-finite value is refused (ValueError naming it)."""
+        lat, tp = stats[self.latency_class], stats[self.throughput_class]
+        p99, throughput = float(lat["p99_us"]), float(tp["ops_per_s"])
+        for cls, key, v in ((self.latency_class, "p99_us", p99), (self.throughput_class, "ops_per_s", throughput)):
+            if not math.isfinite(v):
+                raise ValueError(f"window stats: {cls} {key} is {v!r}, not a finite number")
+        ops, errors = tp.get("ops"), tp.get("errors")
+        if ops and errors:
+            throughput *= max(0, int(ops) - int(errors)) / int(ops)
+        ops, errors = lat.get("ops"), lat.get("errors") or 0
+        if ops is not None and int(ops) <= int(errors) and (int(ops) > 0 or lat.get("queue_len_end", 0) > 0):
+            duration_s = float(stats.get("duration_s", float("nan")))
+            if not (math.isfinite(duration_s) and duration_s > 0):
+                raise ValueError(f"window stats: duration_s is {duration_s!r}, not a positive number")
+            p99 = max(p99, duration_s * 1e6)
+        return p99, throughput
 
     def judge(self, p99_us: float, throughput: float) -> "Metrics":
         """The window's tail latency and throughput held against this spec: met flags and

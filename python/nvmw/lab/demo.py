@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import Any, Callable, Mapping, Sequence
 
@@ -42,11 +43,17 @@ def demo_comparison(*, env: str = "real", steps: int = 200, switch_every: int = 
     return {"run": header, "summary": summaries, "skipped": skipped}
 
 
+def _descending(x: float) -> tuple[bool, float]:
+    """Sort key: larger first, NaN (a run with no steps) last, not wherever the sort leaves it."""
+    return (math.isnan(x), -x if not math.isnan(x) else 0.0)
+
+
 def ranking_table(summaries: Mapping[str, Mapping[str, Any]], header: Mapping[str, Any]) -> str:
     """One screen: controllers ranked by the fraction of windows meeting both SLAs, with the
     95 % interval over phase segments (the run's noise), latency/throughput fractions,
     median reward and median interactive p99, and what the run was."""
-    rows = sorted(summaries.items(), key=lambda kv: (-kv[1]["sla_both_met"], -kv[1]["reward"]["median"]))
+    rows = sorted(summaries.items(), key=lambda kv: (_descending(kv[1]["sla_both_met"]),
+                                                     _descending(kv[1]["reward"]["median"])))
     steps = next(iter(summaries.values()))["steps"] if summaries else 0
     out = [f"{'rank':>4}  {'controller':<14} {'both SLAs':>9} {'95 % interval':>13} {'latency':>8} "
            f"{'throughput':>10} {'median reward':>13} {'median p99':>11}"]
@@ -72,11 +79,16 @@ def calibration_note(summaries: Mapping[str, Mapping[str, Any]], *, device: str 
     slowly, so the ranking says little until they are remade here."""
     if not summaries:
         return None
-    best = max(s["sla_latency_met"] for s in summaries.values())
+    # NaN (a run with no steps) has no say: max/min would keep or drop it by its position.
+    fractions = [s["sla_latency_met"] for s in summaries.values() if not math.isnan(s["sla_latency_met"])]
+    if not fractions:
+        return None
+    best = max(fractions)
     if best >= at_least:
         return None
     goal = load_spec(sla, device=device).lat_goal
-    lowest = min(s["p99_us"]["median"] for s in summaries.values())
+    lowest = min((s["p99_us"]["median"] for s in summaries.values() if not math.isnan(s["p99_us"]["median"])),
+                 default=float("nan"))
     try:
         with open(shipped_oracle_path(device), encoding="utf-8") as fh:
             where = json.load(fh).get("run", {}).get("cpu")

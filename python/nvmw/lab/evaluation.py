@@ -115,9 +115,14 @@ def quartiles(x: Sequence[float]) -> dict[str, float]:
     return {"min": float(q[0]), "q1": float(q[1]), "median": float(q[2]), "q3": float(q[3]), "max": float(q[4])}
 
 
-def settle_steps(trace: Mapping[str, list], switch_every: int, run: int = 5) -> list[int | None]:
+#: Consecutive steps meeting both SLAs that count as settled after a phase switch.
+SETTLE_RUN = 5
+
+
+def settle_steps(trace: Mapping[str, list], switch_every: int, run: int = SETTLE_RUN) -> list[int | None]:
     """Per phase segment: steps from the switch until the first `run` consecutive steps that
-    meet both SLAs (None if that never happens within the segment)."""
+    meet both SLAs (None if that never happens within the segment, and for a segment
+    shorter than `run`, which cannot show it)."""
     both = np.logical_and(trace["sla_latency_met"], trace["sla_throughput_met"])
     out: list[int | None] = []
     for start in range(0, len(both), switch_every):
@@ -155,6 +160,10 @@ def summarize(trace: Mapping[str, list], switch_every: int) -> dict[str, Any]:
     tp = np.asarray(trace["sla_throughput_met"], bool)
     settle = settle_steps(trace, switch_every)
     settled = [s for s in settle if s is not None]
+    # A segment shorter than SETTLE_RUN steps (the last one, when the steps are not a
+    # multiple of the segment length) cannot settle: it is left out of the count.
+    judged = sum(1 for start in range(0, lat.size, switch_every)
+                 if min(switch_every, lat.size - start) >= SETTLE_RUN)
     by_segment, ci95 = segment_spread(lat & tp, switch_every)
     return {
         "reward": quartiles(trace["reward"]),
@@ -167,7 +176,7 @@ def summarize(trace: Mapping[str, list], switch_every: int) -> dict[str, Any]:
         "sla_both_ci95": ci95,
         "steps": int(lat.size),
         "settle_steps_median": float(np.median(settled)) if settled else None,
-        "segments_settled": f"{len(settled)}/{len(settle)}",
+        "segments_settled": f"{len(settled)}/{judged}",
         "wall_s": float(trace.get("wall_s", float("nan"))),
     }
 
@@ -339,6 +348,15 @@ class _Child:
             self.proc.join(10)
 
 
+def _check_unique(names: Sequence[str]) -> None:
+    seen: set[str] = set()
+    for n in names:
+        if n in seen:
+            raise ValueError(f"two controllers of the line-up are named {n!r}: the report keys runs by name, "
+                             "so one would replace the other")
+        seen.add(n)
+
+
 def _evaluate_isolated(env_factory, names: Sequence[str], context, *, run_kwargs: dict, total_steps: int,
                        switch_every: int, interleave: bool, bar, children: list) -> None:
     import multiprocessing
@@ -348,6 +366,7 @@ def _evaluate_isolated(env_factory, names: Sequence[str], context, *, run_kwargs
         children.extend(_Child(mp, env_factory, n, context, run_kwargs) for n in names)
         for ch in children:
             ch.wait_ready()
+        _check_unique([ch.name for ch in children])
         for _seg in range(-(-total_steps // switch_every)):
             for ch in children:
                 if bar is not None:
@@ -360,6 +379,7 @@ def _evaluate_isolated(env_factory, names: Sequence[str], context, *, run_kwargs
             ch = _Child(mp, env_factory, n, context, run_kwargs)
             children.append(ch)
             ch.wait_ready()
+            _check_unique([c.name for c in children])
             if bar is not None:
                 bar.set_postfix(controller=ch.name, refresh=False)
             ch.advance(total_steps, bar)
@@ -403,6 +423,8 @@ def evaluate_controllers(make_env: Callable[[bool], ControlEnv], controllers: Se
                             f"picklable, e.g. an EnvFactory ({e})") from None
     else:
         controllers = [build_controllers([c], context)[0] if isinstance(c, str) else c for c in controllers]
+    # Summaries and traces are keyed by name: a second run of one name would replace the first.
+    _check_unique([c if isinstance(c, str) else c.name for c in controllers])
     summaries, traces = {}, {}
     bar = None
     if progress:
@@ -501,6 +523,7 @@ def evaluate_lineup(env_kind: str, controllers: Sequence[str], *, window_s: floa
     # Built here also with isolate=True, where each process builds its own: a wrong name or
     # a missing agent file fails before any process starts.
     ctrls = build_controllers(controllers, ctx)
+    _check_unique([c.name for c in ctrls])
     fresh_env = EnvFactory(env_kind, dict(window_s=window_s, sla=spec, device=device, engine=engine, path=path,
                                           max_episode_steps=steps, sim_params=sim_params))
     try:
