@@ -6,6 +6,7 @@ test_serve.py.)"""
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -16,7 +17,7 @@ from nvmw import _core
 from nvmw.cli import main
 from nvmw.control.loop import INFO_KEYS
 from nvmw.errors import NotSupportedError, ShutdownError
-from nvmw.lab.service import Service
+from nvmw.lab.service import Service, run_until_signal
 
 
 class StubServer:
@@ -228,3 +229,38 @@ def test_serve_refuses_bad_numbers(capsys):
 def test_serve_refuses_an_unknown_controller(capsys):
     assert main(["serve", "--engine", "memory", "--controller", "bogus"]) == 1
     assert "unknown controller" in capsys.readouterr().err
+
+
+def test_a_controller_that_raises_is_dropped_and_the_windows_go_on(capsys):
+    calls = []
+
+    def controller(obs, info):
+        calls.append(1)
+        if len(calls) == 1:
+            return (4, 3)
+        raise RuntimeError("model failed")
+
+    svc = Service(engine="memory", window_s=0.05, controller=controller, port=0, server_factory=StubServer)
+    svc.start()
+    try:
+        assert wait_until(lambda: svc.controller_failed)
+        seq = svc.window()["stats"]["seq"]
+        assert wait_until(lambda: svc.window()["stats"]["seq"] >= seq + 3)  # still judged and counted
+        assert len(calls) == 2  # not asked again
+        assert svc.mw.threads == (4, 3)  # its last decision kept
+        text = svc.metrics_text().decode()
+        assert metric(text, "nvmw_controller_failed") == 1.0
+        assert metric(text, "nvmw_thread_limit{class=\"interactive\"}") == 4.0
+    finally:
+        svc.stop()
+    err = capsys.readouterr().err
+    assert err == "nvmw serve: controller callable failed, limits kept at (4, 3) from now on: " \
+                  "RuntimeError: model failed\n"
+
+
+def test_run_until_signal_does_not_start_after_a_stop():
+    stop = threading.Event()
+    stop.set()
+    svc = Service(engine="memory", port=0, server_factory=StubServer)
+    assert run_until_signal(svc, on_start=lambda s: pytest.fail("announced"), stop=stop) == {}
+    assert not svc.served and svc.server is None

@@ -7,7 +7,7 @@ import sys
 
 from nvmw.commands import SUMMARIES
 from nvmw.commands._args import add_store_args, argv_of, controller_help, int_in, pool_path
-from nvmw.lab.service import DEFAULT_CONTROLLER, Service, run_until_signal
+from nvmw.lab.service import DEFAULT_CONTROLLER, Service, run_until_signal, stop_signals
 
 _MIB = 1 << 20
 
@@ -21,9 +21,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Serve the middleware over the Redis protocol: GET, SET, DEL, EXISTS, MGET, MSET "
         "and the usual connection commands, plus NVMW.CLASS interactive|batch|auto (the class of the "
         "connection's requests; auto: SETs of at least 64 KiB are batch) and NVMW.STATS. The controller "
-        "resizes the two classes' limits after every monitor window. SIGTERM or Ctrl-C drains: no new "
-        "connections, every command already read is answered, every acknowledged SET is durable "
-        "(pmem engine). Any Redis client, redis-cli, redis-benchmark or twemproxy can talk to it.")
+        "resizes the two classes' limits after every monitor window (a controller that fails is "
+        "dropped, the limits kept). SIGTERM, SIGINT (Ctrl-C) or SIGHUP drains: no new connections, "
+        "every command already read is answered, every acknowledged SET is durable (pmem engine), "
+        "exit status 0. Any Redis client, redis-cli, redis-benchmark or twemproxy can talk to it.")
     p.add_argument("--port", type=_port, default=6379, help="TCP port (default %(default)s; "
                    "0 picks a free one, printed at start)")
     p.add_argument("--bind", default="127.0.0.1", help="address to listen on (default %(default)s)")
@@ -68,8 +69,13 @@ def _print_window(row: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.metrics_port and args.metrics_port == args.port:
+        raise ValueError(f"--metrics-port {args.metrics_port} is the server's own --port")
     password = args.password if args.password is not None else os.environ.get("NVMW_PASSWORD", "")
-    with pool_path(args.engine, args.path, argv_of(args), "nvmw-serve-") as path:
+    # The stop signals are caught from here on, so that a signal at any moment (while the
+    # controller loads, while a large pool is recovered, a second one during the drain)
+    # still drains, closes the pool and removes a temporary one.
+    with stop_signals() as stop, pool_path(args.engine, args.path, argv_of(args), "nvmw-serve-") as path:
         if args.engine == "pmem" and args.path is None:
             print(f"nvmw serve: no --path: a temporary pool {path}, removed at exit", file=sys.stderr)
         svc = Service(engine=args.engine, path=path, device=args.device, window_s=args.window,
@@ -86,9 +92,17 @@ def run(args: argparse.Namespace) -> int:
                   f"{' ' + path if path else ''}, device {s.device}, controller {s.controller_name}, "
                   f"window {s.window_s:g} s{', AUTH required' if password else ''})", flush=True)
             if s.metrics_port is not None:
-                print(f"nvmw serve: metrics on http://{s.bind}:{s.metrics_port}/metrics", flush=True)
+                print(f"nvmw serve: metrics on http://{_url_host(s.bind)}:{s.metrics_port}/metrics", flush=True)
 
-        final = run_until_signal(svc, on_start=started)
-    print(f"nvmw serve: drained and closed ({final.get('commands', 0)} commands, "
-          f"{final.get('connections_total', 0)} connections)", flush=True)
+        final = run_until_signal(svc, on_start=started, stop=stop)
+        if not svc.served:
+            print("nvmw serve: stopped before serving", flush=True)
+        else:
+            print(f"nvmw serve: drained and closed ({final.get('commands', 0)} commands, "
+                  f"{final.get('connections_total', 0)} connections"
+                  f"{'; the controller had failed, limits kept' if svc.controller_failed else ''})", flush=True)
     return 0
+
+
+def _url_host(bind: str) -> str:
+    return f"[{bind}]" if ":" in bind else bind

@@ -7,13 +7,19 @@ loop (`nvmw.control.loop.ControlLoop`) on the middleware's own window statistics
 optionally serves Prometheus text metrics over HTTP. `stop()` drains: the server stops
 accepting, answers every command it has read, the middleware finishes every accepted
 request and the engine is released, so every acknowledged SET is durable (pmem engine).
-`run_until_signal` is the foreground life of `nvmw serve`: SIGTERM or SIGINT drains."""
+`run_until_signal` is the foreground life of `nvmw serve`: SIGTERM, SIGINT or SIGHUP
+drains (`stop_signals`).
+
+A controller that raises is dropped, not the service: one line on stderr, the limits stay
+where its last decision left them (as a fixed controller would keep them), the windows
+are still judged, logged and exported, and `nvmw_controller_failed` turns 1."""
 from __future__ import annotations
 
 import contextlib
 import http.server
 import math
 import signal
+import socket
 import sys
 import threading
 from typing import Any, Callable, Iterator, Mapping, Optional
@@ -155,6 +161,8 @@ class Service:
         self._http_thread: Optional[threading.Thread] = None
         self._final_stats: Optional[dict] = None
         self._stopped = False
+        #: True once the server has started listening.
+        self.served = False
 
     # -- lifetime ----------------------------------------------------------------------------
     def start(self) -> "Service":
@@ -177,6 +185,7 @@ class Service:
             self.server = factory(self.mw.core, self.mw.engine, bind=self.bind, port=self._port,
                                   password=self.password, **self.limits)
             self.server.start()
+            self.served = True
             self._control_thread = threading.Thread(target=self._control_run, name="nvmw-control", daemon=True)
             self._control_thread.start()
             if self._metrics_port is not None:
@@ -228,12 +237,20 @@ class Service:
 
     @property
     def address(self) -> str:
-        return f"{self.bind}:{self.port}"
+        """BIND:PORT, an IPv6 address in brackets ([::1]:6379)."""
+        return f"{_host(self.bind)}:{self.port}"
+
+    @property
+    def controller_failed(self) -> bool:
+        """True once the controller has raised (its limits are then kept; `_control_run`)."""
+        return self._control_error is not None
 
     # -- control -----------------------------------------------------------------------------
     def _control_run(self) -> None:
         """After every window: judge it with the SLA spec, hand it to the controller, apply
-        its decision (the same loop phase runs and the evaluation use)."""
+        its decision (the same loop phase runs and the evaluation use). A controller that
+        raises is not asked again: the limits stay where they are, and the windows are still
+        judged, logged and counted (the metrics stay live, `nvmw_controller_failed` is 1)."""
         loop = self.loop
         while True:
             try:
@@ -241,6 +258,11 @@ class Service:
             except StorageIOError:  # no window within the timeout: ask again
                 continue
             except ShutdownError:
+                return
+            except Exception as e:  # nothing left to read windows with
+                self._control_error = e
+                _log(f"reading the monitor window failed, limits kept at {loop.threads} and no more "
+                     f"windows reported: {_one_line(e)}")
                 return
             m = w.metrics
             threads = list(w.threads) if self.control else [0, 0]
@@ -252,16 +274,21 @@ class Service:
                 self._totals.add(w.stats, m.latency_met, m.throughput_met)
                 self._last = {"stats": w.stats, "metrics": m, "threads": threads}
             if self.on_window is not None:
-                self.on_window(window_row(w.stats, m, threads))
+                try:
+                    self.on_window(window_row(w.stats, m, threads))
+                except Exception as e:  # a log that cannot be written stops, not the control
+                    self.on_window = None
+                    _log(f"window log stopped: {_one_line(e)}")
+            if self._control_error is not None:
+                continue  # the controller failed: the limits stay
             try:
                 loop.apply(self.controller.act(w.obs, info))
             except ShutdownError:
                 return
-            except Exception as e:  # a controller failure leaves the last limits in place
+            except Exception as e:  # any controller failure: keep the last limits
                 self._control_error = e
-                print(f"nvmw serve: controller {self.controller_name} failed, limits kept at "
-                      f"{loop.threads}: {e}", file=sys.stderr, flush=True)
-                return
+                _log(f"controller {self.controller_name} failed, limits kept at {loop.threads} from now "
+                     f"on: {_one_line(e)}")
 
     def window(self) -> Optional[dict]:
         """The last closed window: {"stats", "metrics", "threads"} (None before the first)."""
@@ -269,8 +296,9 @@ class Service:
             return None if self._last is None else dict(self._last)
 
     def server_stats(self) -> dict:
-        if self.server is not None:
-            return dict(self.server.stats())
+        server = self.server  # once: stop() may drop it meanwhile (a scrape during the drain)
+        if server is not None:
+            return dict(server.stats())
         return dict(self._final_stats or {})
 
     # -- metrics -----------------------------------------------------------------------------
@@ -311,8 +339,12 @@ class Service:
             def log_message(self, *args) -> None:
                 pass
 
-        self._http = _MetricsHTTPServer((self.bind, int(self._metrics_port)), Handler,
-                                        max_connections=self.metrics_max_connections)
+        try:
+            self._http = _MetricsHTTPServer((self.bind, int(self._metrics_port)), Handler,
+                                            max_connections=self.metrics_max_connections)
+        except OSError as e:  # the port taken (the server's own, another process), or no such address
+            raise OSError(f"metrics endpoint {_host(self.bind)}:{self._metrics_port}: "
+                          f"{e.strerror or e}") from None
         self._http_thread = threading.Thread(target=self._http.serve_forever, name="nvmw-metrics", daemon=True)
         self._http_thread.start()
 
@@ -326,7 +358,17 @@ class _MetricsHTTPServer(http.server.ThreadingHTTPServer):
 
     def __init__(self, address, handler, max_connections: int):
         self._slots = threading.BoundedSemaphore(max_connections)
+        if ":" in address[0]:  # an IPv6 address, as the server takes them
+            self.address_family = socket.AF_INET6
         super().__init__(address, handler)
+
+    def handle_error(self, request, client_address) -> None:
+        """A scraper that goes away mid-reply is no error of the service; anything else is
+        one line on stderr (socketserver would print a traceback per connection)."""
+        e = sys.exc_info()[1]
+        if isinstance(e, (ConnectionError, TimeoutError)):
+            return
+        _log(f"metrics request from {client_address[0]} failed: {_one_line(e)}")
 
     def verify_request(self, request, client_address) -> bool:
         return self._slots.acquire(blocking=False)
@@ -343,6 +385,20 @@ class _MetricsHTTPServer(http.server.ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self._slots.release()
+
+
+def _host(bind: str) -> str:
+    """`bind` as the host part of an address or URL: an IPv6 address in brackets."""
+    return f"[{bind}]" if ":" in bind else bind
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _log(message: str) -> None:
+    print(f"nvmw serve: {message}", file=sys.stderr, flush=True)
 
 
 def window_row(stats: Mapping[str, Any], metrics, threads) -> dict:
@@ -374,6 +430,9 @@ class _Collector:
                                  labels=["engine", "device", "controller", "sla"])
         info.add_metric([s.engine_name, s.device, s.controller_name, s.sla.name or "custom"], 1)
         yield info
+        yield GaugeMetricFamily("nvmw_controller_failed", "1 once the controller has raised: it is not asked "
+                                "again and the thread limits stay where they were.",
+                                value=float(s.controller_failed))
         yield GaugeMetricFamily("nvmw_window_seconds", "Length of a monitor window.", value=s.window_s)
 
         lat = Metric("nvmw_request_latency_seconds", "Request latency (submit to completion, queueing "
@@ -444,29 +503,52 @@ class _Collector:
                 yield CounterMetricFamily(base, f"Server: {key.replace('_', ' ')} since start.", value=value)
 
 
-def run_until_signal(service: Service, *, on_start: Optional[Callable[[Service], None]] = None) -> dict:
-    """Start `service`, block until SIGTERM or SIGINT, then drain it; returns the server's
-    final stats. Must be called from the main thread (signal handlers)."""
-    stop = threading.Event()
-    received: list = []
+#: The signals that drain a service (SIGHUP too: a closed terminal stops it cleanly, unless
+#: it was started ignoring SIGHUP, as under nohup).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
-    def handler(signum, _frame) -> None:
-        received.append(signum)
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[threading.Event]:
+    """While the block runs, SIGTERM, SIGINT and SIGHUP set the event instead of ending the
+    process; a signal after the first (a second Ctrl-C during the drain) is ignored, so the
+    drain, the pool's close and the removal of a temporary pool always finish. A signal
+    ignored when the block starts (SIGHUP under nohup) stays ignored. Main thread only."""
+    stop = threading.Event()
+
+    def handler(_signum, _frame) -> None:
         stop.set()
 
-    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    old = {}
+    try:
+        for sig in STOP_SIGNALS:
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                old[sig] = signal.signal(sig, handler)
+        yield stop
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def run_until_signal(service: Service, *, on_start: Optional[Callable[[Service], None]] = None,
+                     stop: Optional[threading.Event] = None) -> dict:
+    """Start `service`, block until `stop` is set (default: until SIGTERM, SIGINT or SIGHUP,
+    `stop_signals`), then drain it; returns the server's final stats ({} when `stop` was set
+    before the service started: it is not started then). `on_start` is called once the
+    service listens, unless a stop came meanwhile. Main thread only (signal handlers)."""
+    if stop is None:
+        with stop_signals() as stop:
+            return run_until_signal(service, on_start=on_start, stop=stop)
+    if stop.is_set():
+        return {}
     try:
         service.start()
-        if on_start is not None:
+        if on_start is not None and not stop.is_set():
             on_start(service)
         while not stop.wait(0.5):
             pass
     finally:
-        try:
-            final = service.stop()
-        finally:
-            for sig, h in old.items():
-                signal.signal(sig, h)
+        final = service.stop()
     return final
 
 
@@ -481,5 +563,5 @@ def serving(**kwargs) -> Iterator[Service]:
         svc.stop()
 
 
-__all__ = ["Service", "run_until_signal", "serving", "window_row", "DEFAULT_CONTROLLER", "DEFAULT_START",
+__all__ = ["Service", "run_until_signal", "stop_signals", "STOP_SIGNALS", "serving", "window_row", "DEFAULT_CONTROLLER", "DEFAULT_START",
            "SERVER_LIMITS"]

@@ -1,0 +1,260 @@
+"""`nvmw serve`'s life as a process: stop signals at any moment (while it starts, twice,
+SIGHUP), a controller that fails inside the server, the metrics endpoint's errors (a
+scraper that resets, an IPv6 bind, a port taken). Each case is a `python -m nvmw serve`
+child: exit status 0 after a stop signal with the temporary pool removed, one clear line
+and never a traceback on stderr."""
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+
+import nvmw
+from nvmw.rl.policy import file_sha256, policy_path
+
+START_TIMEOUT_S = 60.0
+SHIPPED_AGENT = os.path.join(os.path.dirname(nvmw.__file__), "data", "agents", "qlearning-optane-1dimm.joblib")
+
+
+def child_env() -> dict:
+    """The child imports the same nvmw as this test (package dir and dev core)."""
+    env = dict(os.environ, PMEM_IS_PMEM_FORCE="1", PYTHONUNBUFFERED="1")
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(nvmw.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([pkg_parent] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
+def free_port(family=socket.AF_INET, host="127.0.0.1") -> int:
+    with socket.socket(family) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class Child:
+    """One `nvmw serve` child; stdout and stderr collected line by line."""
+
+    def __init__(self, *args: str, preexec_fn=None):
+        self.proc = subprocess.Popen([sys.executable, "-m", "nvmw", "serve", *args], env=child_env(),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     preexec_fn=preexec_fn)
+        self.out: list = []
+        self.err: list = []
+        self._threads = [threading.Thread(target=self._pump, args=(f, buf), daemon=True)
+                         for f, buf in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        for t in self._threads:
+            t.start()
+
+    @staticmethod
+    def _pump(f, buf) -> None:
+        for line in f:
+            buf.append(line)
+
+    def wait_for(self, pattern: str, stream: str = "out", after: int = 0) -> re.Match:
+        """The first match of `pattern` in the stream's lines from line `after` on."""
+        buf = self.out if stream == "out" else self.err
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            for line in list(buf)[after:]:
+                m = re.search(pattern, line)
+                if m:
+                    return m
+            if self.proc.poll() is not None and all(not t.is_alive() for t in self._threads):
+                break
+            time.sleep(0.02)
+        self.kill()
+        pytest.fail(f"no line matching {pattern!r} on std{stream}:\n{self.text()}")
+
+    def signal(self, *sigs) -> int:
+        for sig in sigs:
+            self.proc.send_signal(sig)
+        return self.finish()
+
+    def finish(self) -> int:
+        try:
+            rc = self.proc.wait(timeout=120)
+        finally:
+            self.kill()
+        return rc
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for t in self._threads:
+            t.join(timeout=30)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+
+    def text(self) -> str:
+        return "".join(self.out) + "".join(self.err)
+
+
+def new_temp_pools(before: set) -> set:
+    return set(glob.glob("/dev/shm/nvmw-serve-*")) - before
+
+
+def assert_no_traceback(child: Child) -> None:
+    err = "".join(child.err)
+    assert "Traceback" not in err and "Exception occurred" not in err, err
+
+
+def write_when_read(fifo, child: Child, data: bytes) -> None:
+    """Write `data` into `fifo` once the child opens it for reading (not if it exits first)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline and child.proc.poll() is None:
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:  # ENXIO: no reader yet
+            time.sleep(0.02)
+            continue
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        return
+
+
+# --- stop signals ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sigs", [(signal.SIGTERM,), (signal.SIGHUP,), (signal.SIGTERM, signal.SIGINT)],
+                         ids=["SIGTERM", "SIGHUP", "SIGTERM-then-SIGINT"])
+def test_a_stop_signal_while_starting_up_exits_cleanly_and_removes_the_temporary_pool(tmp_path, sigs):
+    # The SLA spec is a FIFO: the server is held inside its start-up (reading the spec,
+    # after the temporary pool's directory is made) until this test writes the spec.
+    fifo = tmp_path / "sla.toml"
+    os.mkfifo(fifo)
+    before = set(glob.glob("/dev/shm/nvmw-serve-*"))
+    child = Child("--port", "0", "--sla", str(fifo))
+    child.wait_for(r"a temporary pool (\S+)", stream="err")
+    for sig in sigs:
+        child.proc.send_signal(sig)
+    write_when_read(fifo, child, b'name = "test"\nlat_goal = 1000\ntp_goal = 100\n')
+    rc = child.finish()
+    assert rc == 0, child.text()
+    assert "nvmw serve: stopped before serving" in "".join(child.out)
+    assert "listening on" not in "".join(child.out)
+    assert not new_temp_pools(before), child.text()
+    assert_no_traceback(child)
+
+
+def test_sighup_drains_like_sigterm(tmp_path):
+    before = set(glob.glob("/dev/shm/nvmw-serve-*"))
+    child = Child("--port", "0", "--window", "0.2")
+    port = int(child.wait_for(r"listening on [\d.]+:(\d+)").group(1))
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n")
+        assert s.recv(16) == b"+OK\r\n"
+    assert child.signal(signal.SIGHUP) == 0, child.text()
+    assert re.search(r"drained and closed \(1 commands, 1 connections\)", "".join(child.out)), child.text()
+    assert not new_temp_pools(before), child.text()
+    assert_no_traceback(child)
+
+
+def test_sighup_stays_ignored_under_nohup():
+    child = Child("--port", "0", "--engine", "memory",
+                  preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    port = int(child.wait_for(r"listening on [\d.]+:(\d+)").group(1))
+    child.proc.send_signal(signal.SIGHUP)
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:  # still serving
+        s.sendall(b"*1\r\n$4\r\nPING\r\n")
+        assert s.recv(16) == b"+PONG\r\n"
+    assert child.proc.poll() is None
+    assert child.signal(signal.SIGTERM) == 0, child.text()
+
+
+# --- a controller that fails inside the server -------------------------------------------
+
+
+def broken_agent(tmp_path) -> str:
+    """The shipped agent with a greedy policy of 2 state features: it loads, and raises
+    at its first decision (the state has more)."""
+    path = str(tmp_path / "broken.joblib")
+    shutil.copy(SHIPPED_AGENT, path)
+    with open(policy_path(SHIPPED_AGENT)) as fh:
+        d = json.load(fh)
+    for m in d["models"]:
+        m["mean"], m["scale"] = m["mean"][:2], m["scale"][:2]
+        m["powers"] = [row[:2] for row in m["powers"]]
+    d["n_features"] = 2
+    d["agent_sha256"] = file_sha256(path)
+    with open(policy_path(path), "w") as fh:
+        json.dump(d, fh)
+    return path
+
+
+def test_a_failing_controller_keeps_the_limits_and_the_windows_going(tmp_path):
+    mport = free_port()
+    child = Child("--port", "0", "--engine", "memory", "--window", "0.1", "--log-windows",
+                  "--metrics-port", str(mport), "--controller", f"q-learning:{broken_agent(tmp_path)}")
+    child.wait_for(r"listening on")
+    child.wait_for(r"controller q-learning:broken failed, limits kept at \(15, 15\)", stream="err")
+    # The windows are still judged and logged after the failure ...
+    n = len(child.out)
+    child.wait_for(r"^window \d+: I/B 15/15", after=n)
+    # ... and exported, with the failure.
+    with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    assert re.search(r"^nvmw_controller_failed 1\.0$", text, re.M), text
+    assert child.signal(signal.SIGTERM) == 0, child.text()
+    assert "the controller had failed, limits kept" in "".join(child.out)
+    failures = [line for line in child.err if "failed" in line]
+    assert len(failures) == 1, child.text()
+    assert_no_traceback(child)
+
+
+# --- the metrics endpoint ----------------------------------------------------------------
+
+
+def test_a_scraper_that_resets_leaves_no_traceback():
+    mport = free_port()
+    child = Child("--port", "0", "--engine", "memory", "--metrics-port", str(mport))
+    child.wait_for(r"metrics on")
+    for _ in range(50):
+        s = socket.create_connection(("127.0.0.1", mport), timeout=10)
+        s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with RST
+        s.close()
+    with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=10) as r:
+        assert b"nvmw_windows_total" in r.read()
+    assert child.signal(signal.SIGTERM) == 0, child.text()
+    assert_no_traceback(child)
+    assert not "".join(child.err).strip(), child.text()
+
+
+def test_metrics_on_an_ipv6_bind():
+    try:
+        mport = free_port(socket.AF_INET6, "::1")
+    except OSError:
+        pytest.fail("this host has no IPv6 loopback (::1)")
+    child = Child("--port", "0", "--engine", "memory", "--bind", "::1", "--metrics-port", str(mport))
+    child.wait_for(r"listening on \[::1\]:\d+")
+    url = child.wait_for(r"metrics on (http://\[::1\]:\d+/metrics)").group(1)
+    with urllib.request.urlopen(url, timeout=10) as r:
+        assert b"nvmw_windows_total" in r.read()
+    assert child.signal(signal.SIGTERM) == 0, child.text()
+
+
+def test_a_metrics_port_that_is_taken_is_named():
+    port = free_port()
+    child = Child("--port", str(port), "--engine", "memory", "--metrics-port", str(port))
+    assert child.finish() == 1
+    assert "".join(child.err).strip() == f"nvmw serve: error: --metrics-port {port} is the server's own --port"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        child = Child("--port", "0", "--engine", "memory", "--metrics-port", str(taken))
+        assert child.finish() == 1
+    assert "".join(child.err).strip() == \
+        f"nvmw serve: error: metrics endpoint 127.0.0.1:{taken}: Address already in use", child.text()
