@@ -258,3 +258,28 @@ def test_a_metrics_port_that_is_taken_is_named():
         assert child.finish() == 1
     assert "".join(child.err).strip() == \
         f"nvmw serve: error: metrics endpoint 127.0.0.1:{taken}: Address already in use", child.text()
+
+
+# --- stdout ------------------------------------------------------------------------------
+
+
+def test_a_stdout_reader_that_goes_away_does_not_fail_the_drain():
+    # `nvmw serve --log-windows | head -2`: the status lines after the reader left are
+    # dropped; the drain and its exit status are the same.
+    proc = subprocess.Popen([sys.executable, "-m", "nvmw", "serve", "--port", "0", "--engine", "memory",
+                             "--window", "0.1", "--log-windows"], env=child_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "listening on" in proc.stdout.readline()
+        assert proc.stdout.readline().startswith("window ")
+        proc.stdout.close()  # the reader goes away
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=120)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    assert rc == 0, err
+    assert err == "", err

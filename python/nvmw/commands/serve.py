@@ -59,13 +59,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _say(line: str) -> None:
+    """One status line on stdout. A reader that went away (`nvmw serve | head`) does not
+    fail the service: the lines are dropped from then on (stdout to /dev/null)."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+
+
 def _print_window(row: dict) -> None:
     i, b = row["threads"]
-    print(f"window {row['seq']}: I/B {i}/{b}, {row['ops_per_s']:.0f} ops/s, interactive p99 "
+    _say(f"window {row['seq']}: I/B {i}/{b}, {row['ops_per_s']:.0f} ops/s, interactive p99 "
           f"{row['interactive_p99_us']:.0f} us, batch {row['batch_ops_per_s']:.0f} ops/s "
           f"({row['batch_bytes_per_s'] / 1e6:.1f} MB/s), queues {row['interactive_queue']}/{row['batch_queue']}, "
           f"rejected {row['rejected']}, SLA latency {'met' if row['sla_latency_met'] else 'missed'}, "
-          f"throughput {'met' if row['sla_throughput_met'] else 'missed'}", flush=True)
+          f"throughput {'met' if row['sla_throughput_met'] else 'missed'}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,19 +99,19 @@ def run(args: argparse.Namespace) -> int:
                       on_window=_print_window if args.log_windows else None)
 
         def started(s: Service) -> None:
-            print(f"nvmw serve: listening on {s.address} (engine {s.engine_name}"
-                  f"{' ' + path if path else ''}, device {s.device}, controller {s.controller_name}, "
-                  f"window {s.window_s:g} s{', AUTH required' if password else ''})", flush=True)
+            _say(f"nvmw serve: listening on {s.address} (engine {s.engine_name}"
+                 f"{' ' + path if path else ''}, device {s.device}, controller {s.controller_name}, "
+                 f"window {s.window_s:g} s{', AUTH required' if password else ''})")
             if s.metrics_port is not None:
-                print(f"nvmw serve: metrics on http://{_url_host(s.bind)}:{s.metrics_port}/metrics", flush=True)
+                _say(f"nvmw serve: metrics on http://{_url_host(s.bind)}:{s.metrics_port}/metrics")
 
         final = run_until_signal(svc, on_start=started, stop=stop)
         if not svc.served:
-            print("nvmw serve: stopped before serving", flush=True)
+            _say("nvmw serve: stopped before serving")
         else:
-            print(f"nvmw serve: drained and closed ({final.get('commands', 0)} commands, "
-                  f"{final.get('connections_total', 0)} connections"
-                  f"{'; the controller had failed, limits kept' if svc.controller_failed else ''})", flush=True)
+            _say(f"nvmw serve: drained and closed ({final.get('commands', 0)} commands, "
+                 f"{final.get('connections_total', 0)} connections"
+                 f"{'; the controller had failed, limits kept' if svc.controller_failed else ''})")
     return 0
 
 
