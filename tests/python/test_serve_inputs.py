@@ -283,3 +283,17 @@ def test_a_stdout_reader_that_goes_away_does_not_fail_the_drain():
         proc.stderr.close()
     assert rc == 0, err
     assert err == "", err
+
+
+# --- bind --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("password, warned", [((), True), (("--password", "secret"), False)],
+                         ids=["no-password", "password"])
+def test_a_store_open_to_other_hosts_without_a_password_is_warned_of(password, warned):
+    child = Child("--port", "0", "--engine", "memory", "--bind", "0.0.0.0", *password)
+    port = child.wait_for(r"listening on 0\.0\.0\.0:(\d+)").group(1)
+    assert child.signal(signal.SIGTERM) == 0, child.text()
+    warning = (f"nvmw serve: warning: listening on 0.0.0.0 without --password: any host that reaches port "
+               f"{port} can read and write the store\n")
+    assert ("".join(child.err) == warning) is warned, child.text()

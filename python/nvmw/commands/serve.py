@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import sys
 
@@ -99,6 +100,9 @@ def run(args: argparse.Namespace) -> int:
                       on_window=_print_window if args.log_windows else None)
 
         def started(s: Service) -> None:
+            if not password and not _loopback(s.bind):
+                print(f"nvmw serve: warning: listening on {s.bind} without --password: any host that reaches "
+                      f"port {s.port} can read and write the store", file=sys.stderr, flush=True)
             _say(f"nvmw serve: listening on {s.address} (engine {s.engine_name}"
                  f"{' ' + path if path else ''}, device {s.device}, controller {s.controller_name}, "
                  f"window {s.window_s:g} s{', AUTH required' if password else ''})")
@@ -113,6 +117,13 @@ def run(args: argparse.Namespace) -> int:
                  f"{final.get('connections_total', 0)} connections"
                  f"{'; the controller had failed, limits kept' if svc.controller_failed else ''})")
     return 0
+
+
+def _loopback(bind: str) -> bool:
+    try:
+        return bind == "localhost" or ipaddress.ip_address(bind).is_loopback
+    except ValueError:
+        return False
 
 
 def _url_host(bind: str) -> str:
