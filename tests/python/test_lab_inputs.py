@@ -197,6 +197,49 @@ def test_evaluate_refuses_a_bad_oracle_table_in_one_line(tmp_path, capsys):
     _one_error_line(capsys, str(p), "phase 1")
 
 
+def test_an_oracle_table_without_a_phase_of_the_run_is_refused_naming_file_and_phases(tmp_path):
+    from nvmw.lab.lineup import ControllerContext, make_controller
+    from nvmw.workloads.phases import DEFAULT_PHASES
+
+    p = tmp_path / "oracle.json"
+    p.write_text('{"table": {"1": [4, 4], "2": [8, 1], "3": [2, 2], "4": [6, 6]}}')
+    # Was: built, and phases 5 and 6 ran at 15/15 in an "oracle" row.
+    with pytest.raises(ValueError) as e:
+        make_controller("oracle", ControllerContext(oracle_path=str(p), phases=DEFAULT_PHASES))
+    assert str(p) in str(e.value) and "phases 5, 6" in str(e.value)
+    # The phases it covers are fine, and so is the shipped table over the shipped phases.
+    assert make_controller("oracle", ControllerContext(oracle_path=str(p), phases=(1, 4))).table[4] == (6, 6)
+    assert set(make_controller("oracle", ControllerContext(phases=DEFAULT_PHASES)).table) >= set(DEFAULT_PHASES)
+
+
+def test_evaluate_refuses_an_oracle_table_missing_phases_in_one_line(tmp_path, capsys):
+    p = tmp_path / "oracle.json"
+    p.write_text('{"table": {"1": [4, 4], "2": [8, 1], "3": [2, 2], "4": [6, 6], "6": [3, 3]}}')
+    assert main(["evaluate", "--env", "sim", "--steps", "2", "--switch-every", "1", "--controllers", "oracle",
+                 "--oracle", str(p), "--out", str(tmp_path / "out")]) == 1
+    _one_error_line(capsys, str(p), "phase 5")
+    assert not (tmp_path / "out" / "eval.json").exists()
+
+
+def test_evaluate_controllers_refuses_an_oracle_object_missing_phases():
+    from nvmw.lab.evaluation import evaluate_controllers
+    from nvmw.rl import SyntheticEnv
+
+    oracle = OracleFixed({1: (13, 6), 2: (12, 9)})
+    with pytest.raises(ValueError, match="no entry for phases 3, 4"):
+        evaluate_controllers(lambda control: SyntheticEnv(control=control), [oracle], total_steps=4,
+                             switch_every=1, phases=(1, 2, 3, 4))
+
+
+def test_run_phase_refuses_the_oracle_for_a_phase_its_table_lacks(tmp_path, capsys):
+    from nvmw.lab.runs import shipped_oracle_path
+
+    # A phase file of one's own, numbered 9: the shipped table has no entry for it.
+    assert main(["run-phase", str(_phase_file(tmp_path)), "--controller", "oracle", "--device", "optane-1dimm",
+                 "--duration", "0.2", "--window", "0.1"]) == 2
+    _one_error_line(capsys, shipped_oracle_path("optane-1dimm"), "phase 9")
+
+
 # --- simulator parameters ------------------------------------------------------------
 
 @pytest.mark.parametrize("params, words", [

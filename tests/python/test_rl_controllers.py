@@ -30,7 +30,11 @@ def test_oracle_looks_up_the_phase():
     o = OracleFixed({1: (10, 10), 3: [7, 3]})
     assert o.act(obs(), {"phase": 3}) == (7, 3)
     assert o.act(obs(), {"phase": 1}) == (10, 10)
-    assert o.act(obs(), {"phase": 2}) == (15, 15)  # unknown phase: default
+    # A phase the table lacks is an error (it used to run 15/15 as if the table said so).
+    with pytest.raises(ValueError, match="no entry for phase 2"):
+        o.act(obs(), {"phase": 2})
+    # No phase told at all (the network service passes -1): the default, I15/B15.
+    assert o.act(obs(), {"phase": -1}) == (15, 15) and o.act(obs(), {}) == (15, 15)
 
 
 def test_oracle_from_sweep_picks_highest_median_reward():

@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         phase = load_phase(args.phase, capacity=args.capacity)
         sla = load_spec(args.sla, device=args.device)
-        controller = make_controller(args.controller, ControllerContext(sla=sla, device=args.device))
+        controller = make_controller(args.controller, ControllerContext(sla=sla, device=args.device,
+                                                                         phases=(phase.number,)))
     except (ValueError, OSError) as e:
         print(f"nvmw run-phase: {e}", file=sys.stderr)
         return 2

@@ -62,18 +62,46 @@ class Fixed(Controller):
 class OracleFixed(Controller):
     """Per-phase best fixed configuration: knows the current phase (info["phase"]) and
     looks its best (i, b) up in a table built from a sweep. An upper reference, not a
-    deployable controller (a real system is not told its phase)."""
+    deployable controller (a real system is not told its phase).
+
+    A phase the table lacks is an error, not a silent fallback: `check_phases` refuses
+    the table before a run whose phases are known (the line-ups do this), and `act`
+    raises if such a phase turns up anyway. Only a window told no phase at all (no
+    "phase" in info, or a negative one, as the network service passes) gets `default`.
+    `source` is the table's file, named in the errors (None for a table built in code)."""
 
     name = "oracle"
 
-    def __init__(self, table: Mapping[int, Sequence[int]], default: Sequence[int] = (15, 15)):
+    def __init__(self, table: Mapping[int, Sequence[int]], default: Sequence[int] = (15, 15),
+                 source: "str | os.PathLike | None" = None):
         if not table:
             raise ValueError("oracle table is empty")
         self.table = {int(k): (int(v[0]), int(v[1])) for k, v in table.items()}
         self.default = (int(default[0]), int(default[1]))
+        self.source = None if source is None else os.fspath(source)
+
+    def _label(self) -> str:
+        return f"oracle table {self.source}" if self.source else "oracle table"
+
+    def check_phases(self, phases: Sequence[int]) -> None:
+        """ValueError naming the table (its file) and every phase of `phases` it has no
+        entry for: a run over those phases would have nothing to look up."""
+        missing = sorted({int(p) for p in phases} - set(self.table))
+        if missing:
+            raise ValueError(f"{self._label()} has no entry for phase{'s' if len(missing) > 1 else ''} "
+                             f"{', '.join(map(str, missing))}, which the run uses (it covers "
+                             f"{', '.join(map(str, sorted(self.table)))}): calibrate over every phase of the "
+                             "run (`nvmw calibrate`) or run only the phases the table covers")
 
     def act(self, obs, info):
-        return self.table.get(int(info.get("phase", -1)), self.default)
+        phase = int(info.get("phase", -1))
+        if phase < 0:  # no phase told (e.g. the network service): nothing to look up
+            return self.default
+        try:
+            return self.table[phase]
+        except KeyError:
+            raise ValueError(f"{self._label()} has no entry for phase {phase} (it covers "
+                             f"{', '.join(map(str, sorted(self.table)))})") from None
 
     @staticmethod
     def best_configs(rows: Sequence[Mapping[str, Any]], spec: SLASpec) -> dict[int, tuple[int, int]]:
@@ -119,7 +147,7 @@ class OracleFixed(Controller):
                     and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in cfg)):
                 raise ValueError(f"{path}: phase {phase}: expected [interactive, batch] thread counts >= 1, "
                                  f"got {cfg!r}")
-        return cls(table)
+        return cls(table, source=path)
 
 
 def _clamp(x: float, lo: int, hi: int) -> int:

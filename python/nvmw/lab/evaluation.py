@@ -394,7 +394,8 @@ def evaluate_controllers(make_env: Callable[[bool], ControlEnv], controllers: Se
                          context: ControllerContext | None = None, built: list | None = None) -> tuple[dict, dict]:
     """Every controller on the same seeded schedule. make_env(control) builds a fresh env
     (control=False for the no-control baseline); it is closed at the end. `controllers`
-    are controllers or names (nvmw.lab.lineup, built with `context`).
+    are controllers or names (nvmw.lab.lineup, built with `context`); either is refused
+    (ValueError) if it cannot serve one of `phases` (an oracle table lacking one).
 
     interleave=True (default): the controllers take turns, one phase segment each
     (segment 1 of every controller, then segment 2, ...), each on its own env, so a change
@@ -421,8 +422,10 @@ def evaluate_controllers(make_env: Callable[[bool], ControlEnv], controllers: Se
         except Exception as e:  # noqa: BLE001 (any pickling failure means the same)
             raise TypeError("isolate=True builds each env in its controller's process: make_env must be "
                             f"picklable, e.g. an EnvFactory ({e})") from None
-    else:
-        controllers = [build_controllers([c], context)[0] if isinstance(c, str) else c for c in controllers]
+    # Every controller, built here or in its process, is checked against the run's phases.
+    context = dataclasses.replace(context or ControllerContext(), phases=tuple(phases))
+    if not isolate:
+        controllers = [make_controller(c, context) for c in controllers]
     # Summaries and traces are keyed by name: a second run of one name would replace the first.
     _check_unique([c if isinstance(c, str) else c.name for c in controllers])
     summaries, traces = {}, {}
@@ -506,7 +509,8 @@ def evaluate_lineup(env_kind: str, controllers: Sequence[str], *, window_s: floa
                     seed: int = 0, sla: SLASpec | str | None = None, device: str = "optane-1dimm",
                     engine: str = "memory", path: str | None = None, sim_params: Any = None,
                     context: ControllerContext | None = None, interleave: bool = True, progress: bool = False,
-                    built: list | None = None, isolate: bool = False, **header_extra: Any
+                    built: list | None = None, isolate: bool = False, phases: Sequence[int] = DEFAULT_PHASES,
+                    **header_extra: Any
                     ) -> tuple[dict, dict, dict]:
     """The long run of a line-up of controller names (nvmw.lab.lineup) on fresh envs of
     one kind (nvmw.rl.make_env): the SLA spec is resolved once (`sla`, default the
@@ -514,12 +518,15 @@ def evaluate_lineup(env_kind: str, controllers: Sequence[str], *, window_s: floa
     its latency goal. Returns (summaries, traces, run header); `built`, if given, receives
     the controllers (e.g. to save an agent that learned online; isolate=True: only those
     that learned online, as their processes ended the run). isolate=True runs each
-    controller and its env in a process of its own (see evaluate_controllers)."""
+    controller and its env in a process of its own (see evaluate_controllers). `phases`
+    are the phases the schedule draws; an oracle table lacking one is refused before the
+    run starts."""
     probe = make_env(env_kind, window_s=window_s, sla=sla, device=device, engine=engine)
     spec = probe.sla
-    header = run_header(env_kind, probe, steps=steps, switch_every=switch_every, seed=seed, **header_extra)
+    header = run_header(env_kind, probe, phases=phases, steps=steps, switch_every=switch_every, seed=seed,
+                        **header_extra)
     probe.close()
-    ctx = dataclasses.replace(context or ControllerContext(), sla=spec)
+    ctx = dataclasses.replace(context or ControllerContext(), sla=spec, phases=tuple(phases))
     # Built here also with isolate=True, where each process builds its own: a wrong name or
     # a missing agent file fails before any process starts.
     ctrls = build_controllers(controllers, ctx)
@@ -530,7 +537,7 @@ def evaluate_lineup(env_kind: str, controllers: Sequence[str], *, window_s: floa
         summaries, traces = evaluate_controllers(fresh_env, list(controllers) if isolate else ctrls,
                                                  total_steps=steps, switch_every=switch_every, seed=seed,
                                                  progress=progress, interleave=interleave, isolate=isolate,
-                                                 context=ctx, built=built)
+                                                 context=ctx, built=built, phases=phases)
     except Interrupted as e:
         summaries, traces = e.partial
         header = dict(header, interrupted=e.note)

@@ -11,7 +11,8 @@
     q-learning:FILE  the agent saved in FILE, reported as "q-learning:<file name without
                   .joblib>" (so two agents can run in one line-up)
     q-learning-online  the same agent, always learning during the run (also :FILE)
-    oracle        the per-phase best fixed configuration of a calibration sweep
+    oracle        the per-phase best fixed configuration of a calibration sweep (refused
+                  when its table lacks a phase the run uses)
 
 Older spellings ("no-control", a bare "fixed") are still accepted with a deprecation
 note on stderr. More kinds can be added with `register_controller`."""
@@ -56,6 +57,9 @@ class ControllerContext:
     """q-learning: keep learning during the run (OnlineAgentController)."""
     seed: int = 0
     """Seeds what a controller draws at random (the online agent's replay sampling)."""
+    phases: Optional[tuple] = None
+    """The phases the run will run, when known: a controller that cannot serve one of
+    them (an oracle table without an entry for it) is refused when it is built."""
 
 
 #: kind -> factory(argument after "kind:" or "", context) returning a controller with
@@ -177,16 +181,24 @@ def make_controller(spec: Any, context: Optional[ControllerContext] = None):
     """A controller from a name (see the module docstring) or any registered "kind[:args]";
     a controller object (has `act`) is returned as is, a plain callable ``f(obs, info)`` is
     wrapped. ValueError for an unknown name; FileNotFoundError when a q-learning or
-    oracle file is missing."""
+    oracle file is missing. With `context.phases` set, a controller that has
+    `check_phases` (the oracle) is checked against them: ValueError naming its table and
+    the phases it lacks."""
+    context = context or ControllerContext()
     if hasattr(spec, "act"):
-        return spec
-    if callable(spec):
+        controller = spec
+    elif callable(spec):
         return _CallableController(spec)
-    kind, _, arg = canonical_name(spec).partition(":")
-    if kind not in CONTROLLER_FACTORIES:
-        raise ValueError(f"unknown controller {spec!r}: use one of {', '.join(CONTROLLER_NAMES)}"
-                         f" (registered kinds: {', '.join(sorted(CONTROLLER_FACTORIES))})")
-    return CONTROLLER_FACTORIES[kind](arg, context or ControllerContext())
+    else:
+        kind, _, arg = canonical_name(spec).partition(":")
+        if kind not in CONTROLLER_FACTORIES:
+            raise ValueError(f"unknown controller {spec!r}: use one of {', '.join(CONTROLLER_NAMES)}"
+                             f" (registered kinds: {', '.join(sorted(CONTROLLER_FACTORIES))})")
+        controller = CONTROLLER_FACTORIES[kind](arg, context)
+    check = getattr(controller, "check_phases", None)
+    if context.phases is not None and check is not None:
+        check(context.phases)
+    return controller
 
 
 def build_controllers(names: Sequence[str], context: Optional[ControllerContext] = None) -> list:

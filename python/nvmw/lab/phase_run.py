@@ -32,7 +32,7 @@ def run_phase(phase: Union[Phase, int, str], *, duration_s: float = 30.0, contro
     ph = phase if isinstance(phase, Phase) else load_phase(phase)
     device_name = device or "none"
     spec = sla if isinstance(sla, SLASpec) else load_spec(sla, device=device_name)
-    ctl = make_controller(controller, ControllerContext(sla=spec, device=device_name))
+    ctl = make_controller(controller, ControllerContext(sla=spec, device=device_name, phases=(ph.number,)))
     ctl.reset()
     n_windows = max(1, int(round(duration_s / window_s)))
     env = RealEnv(ph, window_s=window_s, max_episode_steps=n_windows, sla=spec, engine=engine, path=path,
@@ -85,7 +85,7 @@ def simulate_phase(phase: int, *, windows: int = 10, controller: Any = "fixed:15
         return run_static(phase, windows=windows, control=control, threads=(i, b), window_s=window_s,
                           device=device, params=params, seed=seed, sla=sla, exact=exact, on_window=on_window)
     spec = sla if isinstance(sla, SLASpec) else load_spec(sla)
-    ctl = make_controller(controller, ControllerContext(sla=spec, device=device))
+    ctl = make_controller(controller, ControllerContext(sla=spec, device=device, phases=(int(phase),)))
     ctl.reset()
     env = SimEnv(phase, window_s=window_s, device=device, params=params, sla=spec,
                  control=bool(getattr(ctl, "requires_control", True)), max_episode_steps=max(1, windows), exact=exact)
