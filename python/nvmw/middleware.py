@@ -46,6 +46,10 @@ def _cls(cls: Optional[str]) -> int:
 _INT32 = (-(1 << 31), (1 << 31) - 1, "[-2^31, 2^31-1]")
 _INT64 = (-(1 << 63), (1 << 63) - 1, "[-2^63, 2^63-1]")
 _UINT64 = (0, (1 << 64) - 1, "[0, 2^64-1]")
+# A pool file's size is an off_t (signed 64-bit): libpmemobj refuses a larger size with
+# "invalid size (...) for os_off_t". Sizes up to 2^63-1 reach the filesystem, which
+# refuses what it cannot hold (NoSpaceError, or "File too large" beyond its largest file).
+_POOL_SIZE = (0, (1 << 63) - 1, "[0, 2^63-1]")
 
 
 def _integer(name: str, value: Any) -> int:
@@ -97,7 +101,8 @@ def open_engine(engine: Union[str, "_core.Engine"] = "pmem", path: Optional[str]
     ``"memory"``; optionally wrapped by an emulated device profile (``"optane-1dimm"``...).
 
     pmem only: `pool_size` is the size of a pool this call creates (rounded down to a
-    multiple of 4 KiB); `verify_checksums` checks each entry's checksum on every get
+    multiple of 4 KiB; at least 8 MiB, at most 2^63-1, a file size; InvalidArgumentError
+    otherwise, and NoSpaceError when the filesystem cannot hold it); `verify_checksums` checks each entry's checksum on every get
     (a mismatch raises CorruptionError instead of handing out the value; recovery at open
     checks every entry regardless, this guards against damage while the pool is open;
     costs 20-45 ns per small get); `paranoid_checks` refuses to open a pool with any
@@ -114,7 +119,7 @@ def open_engine(engine: Union[str, "_core.Engine"] = "pmem", path: Optional[str]
         file_mode = _integer("file_mode", file_mode)
         if not 0 <= file_mode <= 0o7777:
             raise InvalidArgumentError(f"file_mode must be permission bits (0 to 0o7777), got {file_mode!r}")
-        pool_size = _c_int("pool_size", pool_size, _UINT64)
+        pool_size = _c_int("pool_size", pool_size, _POOL_SIZE)
         core = _core.open_pmem_engine(path, pool_size_bytes=pool_size,
                                       create_if_missing=_flag("create_if_missing", create_if_missing),
                                       verify_checksums=_flag("verify_checksums", verify_checksums),
@@ -148,6 +153,7 @@ class Middleware:
     interactive_threads, batch_threads: initial pool sizes, clamped to [1, max_threads];
         :attr:`threads` reports the sizes in use.
     max_threads: pool size bound (thesis: 32).
+    pool_size: size in bytes of a pool file this call creates (pmem; see :func:`open_engine`).
     window_s: monitor window length in seconds.
     control: False runs the no-control baseline (callers run operations themselves,
         at most ``no_control_max_inflight`` at once).

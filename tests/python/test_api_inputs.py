@@ -177,3 +177,24 @@ def test_integer_options_are_exact_to_64_bits():
     # 2^64 - 1 bytes wrapped around to -1 ("keep the sizes") before.
     with pytest.raises(errors.InvalidArgumentError, match="fixed_bytes"):
         _core.synth_azure({"rows": 3}).transform({"fixed_bytes": 2**64 - 1})
+
+
+@pytest.mark.parametrize("size", [2**63, 2**63 + 4095, 2**64 - 1])
+def test_pool_size_beyond_a_file_size_is_refused_before_the_core(shm_dir, size):
+    # Was: StorageIOError "cannot create pool: invalid size (...) for os_off_t" from libpmemobj.
+    path = os.path.join(shm_dir, "big.pool")
+    for make in (lambda: nvmw.Middleware(path, pool_size=size), lambda: open_engine("pmem", path, pool_size=size)):
+        with pytest.raises(errors.InvalidArgumentError, match=rf"^pool_size must be an integer in \[0, 2\^63-1\], "
+                                                              rf"got {size}$"):
+            make()
+    assert os.listdir(shm_dir) == []
+
+
+def test_pool_size_at_the_bound_reaches_the_filesystem(shm_dir):
+    # 2^63-1 is a valid file size: the filesystem refuses it (no space, or larger than its
+    # largest file), naming the pool, and leaves nothing behind.
+    path = os.path.join(shm_dir, "big.pool")
+    with pytest.raises((errors.NoSpaceError, errors.StorageIOError)) as e:
+        nvmw.Middleware(path, pool_size=2**63 - 1)
+    assert path in str(e.value) and "os_off_t" not in str(e.value)
+    assert os.listdir(shm_dir) == []

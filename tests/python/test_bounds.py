@@ -247,7 +247,7 @@ def test_pool_size_outside_its_type_is_named(shm_dir):
     import nvmw
     from nvmw.errors import InvalidArgumentError
     for value in (-1, 2 ** 65):
-        with pytest.raises(InvalidArgumentError, match=rf"^pool_size must be an integer in \[0, 2\^64-1\], got {value}$"):
+        with pytest.raises(InvalidArgumentError, match=rf"^pool_size must be an integer in \[0, 2\^63-1\], got {value}$"):
             nvmw.open_engine("pmem", os.path.join(shm_dir, "p.pool"), pool_size=value)
     assert not os.path.exists(os.path.join(shm_dir, "p.pool"))
 
