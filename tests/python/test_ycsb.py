@@ -141,3 +141,24 @@ def test_cli_capacity_json(capsys):
     out = json.loads(capsys.readouterr().out)
     assert {"direct", "no-control", "middleware"} <= set(out)
     assert out["direct"]["ops"] == 2000
+
+
+@pytest.mark.parametrize("threads", [0, -1, 33, 64, 2**40])
+def test_capacity_refuses_middleware_threads_the_middleware_cannot_run(threads):
+    # Was: 0 and 64 ran 1 and 32 workers while the result said 0 and 64; 2**40 was
+    # nanobind's TypeError listing signatures.
+    from nvmw.errors import InvalidArgumentError
+    with pytest.raises(InvalidArgumentError,
+                       match=rf"^middleware_threads must be an integer in \[1, 32\] .*, got {threads}$"):
+        measure_capacity(_small(operation_count=500), targets=["middleware"], middleware_threads=threads)
+
+
+def test_capacity_reports_the_middleware_threads_it_ran():
+    r = measure_capacity(_small(operation_count=500), targets=["middleware"], middleware_threads=32)
+    assert r["middleware_threads"] == 32 and r["middleware"]["ops"] == 500
+
+
+def test_cli_capacity_refuses_interactive_threads_beyond_the_bound():
+    with pytest.raises(SystemExit) as e:
+        main(["ycsb", "--capacity", "--controller", "fixed:64,2", "--ops", "500", "--threads", "2"])
+    assert "--capacity" in str(e.value.code) and "[1, 32]" in str(e.value.code) and "got 64" in str(e.value.code)

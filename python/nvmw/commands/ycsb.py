@@ -80,7 +80,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise SystemExit(f"nvmw ycsb: {e}")
     if args.capacity:
-        result = measure_capacity(cfg, middleware_threads=interactive_threads)
+        try:
+            result = measure_capacity(cfg, middleware_threads=interactive_threads)
+        except ValueError as e:  # the controller's interactive threads beyond the middleware's bound
+            raise SystemExit(f"nvmw ycsb: --capacity runs the middleware target with the controller's "
+                             f"interactive threads: {e}")
         if args.json:
             print_json(result)
         else:

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
 from nvmw import _core
+from nvmw.errors import InvalidArgumentError
+from nvmw.middleware import DEFAULT_MAX_THREADS, _integer
 
 DISTRIBUTIONS = ("uniform", "zipfian", "latest")
 CLASSES = ("interactive", "batch", "auto")
@@ -133,15 +135,23 @@ def measure_capacity(config: Optional[YcsbConfig] = None,
                      middleware_threads: int = 2) -> dict:
     """Client-side ceiling: run `config` against a no-op engine, directly and through
     the middleware (no-control, and queues+pools with `middleware_threads` interactive
-    workers). Returns ``{target: {"ops_per_s", "p50_us", "p99_us", ...}, "cores": n, ...}``."""
+    workers, 1 to the middleware's 32: InvalidArgumentError otherwise, where the core
+    would run another count than the one reported). Returns ``{target: {"ops_per_s",
+    "p50_us", "p99_us", ...}, "cores": n, "middleware_threads": n, ...}``."""
     cfg = (config or YcsbConfig(duration_s=2.0)).validate()
+    middleware_threads = _integer("middleware_threads", middleware_threads)
+    if not 1 <= middleware_threads <= DEFAULT_MAX_THREADS:
+        raise InvalidArgumentError(f"middleware_threads must be an integer in [1, {DEFAULT_MAX_THREADS}] "
+                                   f"(the middleware target's interactive workers), got {middleware_threads}")
+    targets = list(targets)
+    for target in targets:
+        if target not in CAPACITY_TARGETS:
+            raise ValueError(f"capacity target must be one of {CAPACITY_TARGETS}, not {target!r}")
     out: dict = {"cores": os.cpu_count() or 1, "threads": cfg.threads,
                  "value_bytes": cfg.value_bytes, "duration_s": cfg.duration_s,
                  "operation_count": cfg.operation_count, "middleware_threads": middleware_threads,
                  "read_proportion": cfg.read_proportion, "distribution": cfg.distribution}
     for target in targets:
-        if target not in CAPACITY_TARGETS:
-            raise ValueError(f"capacity target must be one of {CAPACITY_TARGETS}, not {target!r}")
         r = _core.ycsb_capacity(cfg.to_options(), target, middleware_threads)
         out[target] = {"ops_per_s": r["all"]["ops_per_s"], "ops": r["all"]["ops"],
                        "elapsed_s": r["elapsed_s"], "p50_us": r["all"]["p50_us"],
