@@ -111,3 +111,57 @@ def test_salvage_target_must_be_new(pool, shm_dir):
     other = os.path.join(shm_dir, "exists")
     open(other, "wb").close()
     assert main(["check", pool, "--salvage", other]) == 1
+
+
+SIZE_RANGE = "must be between 8388608 (8 MiB) and 9223372036854775807 (2^63-1)"
+
+
+@pytest.mark.parametrize("size", ["0", "-5", str((8 << 20) - 1), str(2**63), str(2**64), str(2**64 + 5)])
+def test_salvage_size_out_of_range_is_a_usage_error(pool, shm_dir, capsys, size):
+    # Was: 0 made a 1 GiB pool, -5 and 2^64 a TypeError traceback from the binding, 2^63 a
+    # libpmemobj "invalid size for os_off_t", sizes under 8 MiB a failed salvage.
+    out_pool = os.path.join(shm_dir, "salvaged.pool")
+    with pytest.raises(SystemExit) as e:
+        main(["check", pool, "--salvage", out_pool, "--salvage-size", size])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == f"nvmw check: error: argument --salvage-size: {size} is out of range: {SIZE_RANGE}"
+    assert not os.path.exists(out_pool)
+
+
+@pytest.mark.parametrize("size", ["abc", "1.5", "8MiB", ""])
+def test_salvage_size_not_an_integer_is_a_usage_error(pool, shm_dir, capsys, size):
+    out_pool = os.path.join(shm_dir, "salvaged.pool")
+    with pytest.raises(SystemExit) as e:
+        main(["check", pool, "--salvage", out_pool, "--salvage-size", size])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == \
+        f"nvmw check: error: argument --salvage-size: {size!r} is not an integer"
+    assert not os.path.exists(out_pool)
+
+
+def test_salvage_size_bounds_are_accepted_and_rounded_to_pages(pool, shm_dir, capsys):
+    smallest = os.path.join(shm_dir, "smallest.pool")
+    assert main(["check", pool, "--salvage", smallest, "--salvage-size", str((8 << 20) + 4095)]) == 0
+    assert os.path.getsize(smallest) == 8 << 20  # rounded down to whole 4 KiB pages
+    assert "salvaged %d entries" % KEYS in capsys.readouterr().out
+    # The largest file size reaches the filesystem, which refuses it in one line naming the pool.
+    largest = os.path.join(shm_dir, "largest.pool")
+    assert main(["check", pool, "--salvage", largest, "--salvage-size", str(2**63 - 1)]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith(f"nvmw check: error: {largest}: salvage failed: ")
+    assert "os_off_t" not in err and not os.path.exists(largest)
+
+
+def test_salvage_size_without_salvage_is_a_usage_error(pool, capsys):
+    # Was: ignored, exit 0, nothing salvaged.
+    assert main(["check", pool, "--salvage-size", str(64 << 20)]) == 2
+    assert capsys.readouterr().err == "nvmw check: error: --salvage-size needs --salvage (it sizes the salvage pool)\n"
+
+
+def test_help_gives_the_salvage_size_range(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["check", "--help"])
+    assert e.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "8388608 (8 MiB, the smallest pmem pool) to 2^63-1, rounded down to a multiple of 4096" in text

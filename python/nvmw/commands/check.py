@@ -11,6 +11,27 @@ from nvmw.commands import SUMMARIES
 from nvmw import _core
 from nvmw.commands._util import print_json
 
+# The salvage pool's size: libpmemobj's smallest pool (PMEMOBJ_MIN_POOL, 8 MiB) up to the
+# largest file size (an off_t). The core rounds it down to whole 4 KiB pages.
+MIN_POOL_BYTES = 8 << 20
+MAX_POOL_BYTES = (1 << 63) - 1
+SIZE_RANGE = f"between {MIN_POOL_BYTES} (8 MiB) and {MAX_POOL_BYTES} (2^63-1)"
+
+
+def _salvage_size(text: str) -> int:
+    """argparse type of --salvage-size: int_in's words, with both ends of the range named
+    (int_in leaves out an upper end of 2^63-1)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not MIN_POOL_BYTES <= value <= MAX_POOL_BYTES:
+        raise argparse.ArgumentTypeError(f"{text} is out of range: must be {SIZE_RANGE}")
+    return value
+
+
+_salvage_size.__name__ = "integer"
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help=SUMMARIES["check"],
@@ -18,8 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("pool", help="pool file to check (never modified)")
     p.add_argument("--salvage", metavar="OUT", default=None,
                    help="copy every intact entry into a new pool at OUT (must not exist)")
-    p.add_argument("--salvage-size", type=int, default=None,
-                   help="size of the salvage pool in bytes (default: the checked pool's size)")
+    p.add_argument("--salvage-size", metavar="BYTES", type=_salvage_size, default=None,
+                   help=f"with --salvage: size of the salvage pool in bytes, {MIN_POOL_BYTES} (8 MiB, the "
+                        f"smallest pmem pool) to 2^63-1, rounded down to a multiple of 4096 (default: "
+                        f"the checked pool's size, at least 8 MiB)")
     p.add_argument("--scratch-dir", default=None,
                    help="where libpmemobj maps a sparse scratch copy of the pool "
                         "(default: the pool's directory)")
@@ -28,12 +51,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.salvage_size is not None and not args.salvage:
+        print("nvmw check: error: --salvage-size needs --salvage (it sizes the salvage pool)",
+              file=sys.stderr)
+        return 2
     size = args.salvage_size
     if args.salvage and size is None:
-        size = max(os.path.getsize(args.pool), 8 << 20)
+        size = max(os.path.getsize(args.pool), MIN_POOL_BYTES)
     report = dict(_core.check_pmem_pool(
         os.fspath(args.pool), salvage_to=os.fspath(args.salvage) if args.salvage else "",
-        salvage_pool_size_bytes=size or (1 << 30), scratch_dir=args.scratch_dir or ""))
+        salvage_pool_size_bytes=MIN_POOL_BYTES if size is None else size,
+        scratch_dir=args.scratch_dir or ""))
     report["problems"] = list(report["problems"])
     report["pool"] = args.pool
     if args.json:
