@@ -165,3 +165,56 @@ def test_help_gives_the_salvage_size_range(capsys):
     assert e.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "8388608 (8 MiB, the smallest pmem pool) to 2^63-1, rounded down to a multiple of 4096" in text
+
+
+@pytest.mark.parametrize("option", ["--salvage", "--scratch-dir"])
+def test_empty_path_is_a_usage_error(pool, capsys, option):
+    # Was: an empty --salvage salvaged nothing and exited 0; an empty --scratch-dir meant the default.
+    with pytest.raises(SystemExit) as e:
+        main(["check", pool, option, ""])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"nvmw check: error: argument {option}: empty path"
+
+
+@pytest.mark.parametrize("kind", ["under-a-file", "missing-directory", "dangling-link"])
+def test_salvage_target_is_checked_before_the_walk(pool, shm_dir, capsys, kind):
+    blocker = os.path.join(shm_dir, "file")
+    open(blocker, "wb").close()
+    dangling = os.path.join(shm_dir, "dangling")
+    os.symlink(os.path.join(shm_dir, "nowhere"), dangling)
+    out_pool, message = {
+        # Was: "salvage target exists" (stat failed with ENOTDIR, not ENOENT).
+        "under-a-file": (os.path.join(blocker, "out.pool"),
+                         f"--salvage {blocker}/out.pool: directory {blocker} is not a directory"),
+        # Was: "pool directory ... No such file or directory", after the whole walk.
+        "missing-directory": (os.path.join(shm_dir, "no", "out.pool"),
+                              f"--salvage {shm_dir}/no/out.pool: directory {shm_dir}/no does not exist"),
+        # Was: "salvage failed: ... cannot open or create pool".
+        "dangling-link": (dangling, f"{dangling}: salvage target exists; give a new path"),
+    }[kind]
+    assert main(["check", pool, "--salvage", out_pool]) == 1
+    assert capsys.readouterr() == ("", f"nvmw check: error: {message}\n")
+    assert sorted(os.listdir(shm_dir)) == ["dangling", "file", "p.pool"]
+
+
+def test_scratch_dir_must_be_a_directory(pool, shm_dir, capsys):
+    # Was: an error naming the scratch file inside it (".p.pool.check-PID-N: No such file or directory").
+    blocker = os.path.join(shm_dir, "file")
+    open(blocker, "wb").close()
+    missing = os.path.join(shm_dir, "missing")
+    for scratch, what in ((missing, "no such directory"), (blocker, "not a directory")):
+        assert main(["check", pool, "--scratch-dir", scratch]) == 1
+        assert capsys.readouterr() == ("", f"nvmw check: error: --scratch-dir {scratch}: {what}\n")
+    scratch = os.path.join(shm_dir, "scratch")
+    os.mkdir(scratch)
+    assert main(["check", pool, "--scratch-dir", scratch]) == 0
+    assert os.listdir(scratch) == []  # the scratch copy is removed
+
+
+def test_missing_pool_with_salvage_is_the_core_s_one_line(shm_dir, capsys):
+    # Was: "[Errno 2] No such file or directory: '...'" from sizing the salvage pool.
+    missing = os.path.join(shm_dir, "nothing.pool")
+    out_pool = os.path.join(shm_dir, "out.pool")
+    assert main(["check", missing, "--salvage", out_pool]) == 1
+    assert capsys.readouterr().err == f"nvmw check: error: {missing}: pool file does not exist\n"
+    assert not os.path.exists(out_pool)

@@ -33,33 +33,63 @@ def _salvage_size(text: str) -> int:
 _salvage_size.__name__ = "integer"
 
 
+def _path(text: str) -> str:
+    """argparse type: a path, not the empty string (which the core reads as "none")."""
+    if not text:
+        raise argparse.ArgumentTypeError("empty path")
+    return text
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help=SUMMARIES["check"],
                        description=__doc__)
     p.add_argument("pool", help="pool file to check (never modified)")
-    p.add_argument("--salvage", metavar="OUT", default=None,
-                   help="copy every intact entry into a new pool at OUT (must not exist)")
+    p.add_argument("--salvage", metavar="OUT", type=_path, default=None,
+                   help="copy every intact entry into a new pool at OUT (must not exist; its "
+                        "directory must)")
     p.add_argument("--salvage-size", metavar="BYTES", type=_salvage_size, default=None,
                    help=f"with --salvage: size of the salvage pool in bytes, {MIN_POOL_BYTES} (8 MiB, the "
                         f"smallest pmem pool) to 2^63-1, rounded down to a multiple of 4096 (default: "
                         f"the checked pool's size, at least 8 MiB)")
-    p.add_argument("--scratch-dir", default=None,
-                   help="where libpmemobj maps a sparse scratch copy of the pool "
-                        "(default: the pool's directory)")
+    p.add_argument("--scratch-dir", metavar="DIR", type=_path, default=None,
+                   help="existing directory where libpmemobj maps a sparse scratch copy of the "
+                        "pool (default: the pool's directory)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
 
+def _check_dirs(args: argparse.Namespace) -> None:
+    """Refuse, before the scratch copy and the walk, a --salvage target that exists or
+    whose directory does not, and a --scratch-dir that is not a writable directory."""
+    if args.salvage is not None:
+        if os.path.lexists(args.salvage):  # a dangling symbolic link too
+            raise ValueError(f"{args.salvage}: salvage target exists; give a new path")
+        parent = os.path.dirname(args.salvage) or "."
+        if not os.path.isdir(parent):
+            what = "is not a directory" if os.path.exists(parent) else "does not exist"
+            raise ValueError(f"--salvage {args.salvage}: directory {parent} {what}")
+    if args.scratch_dir is not None:
+        if not os.path.isdir(args.scratch_dir):
+            what = "not a directory" if os.path.exists(args.scratch_dir) else "no such directory"
+            raise ValueError(f"--scratch-dir {args.scratch_dir}: {what}")
+        if not os.access(args.scratch_dir, os.W_OK | os.X_OK):
+            raise ValueError(f"--scratch-dir {args.scratch_dir}: directory is not writable")
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.salvage_size is not None and not args.salvage:
+    if args.salvage_size is not None and args.salvage is None:
         print("nvmw check: error: --salvage-size needs --salvage (it sizes the salvage pool)",
               file=sys.stderr)
         return 2
+    _check_dirs(args)
     size = args.salvage_size
-    if args.salvage and size is None:
-        size = max(os.path.getsize(args.pool), MIN_POOL_BYTES)
+    if args.salvage is not None and size is None:
+        try:
+            size = max(os.path.getsize(args.pool), MIN_POOL_BYTES)
+        except OSError:
+            size = MIN_POOL_BYTES  # the core names the missing or unreadable pool, before salvage
     report = dict(_core.check_pmem_pool(
-        os.fspath(args.pool), salvage_to=os.fspath(args.salvage) if args.salvage else "",
+        os.fspath(args.pool), salvage_to=args.salvage or "",
         salvage_pool_size_bytes=MIN_POOL_BYTES if size is None else size,
         scratch_dir=args.scratch_dir or ""))
     report["problems"] = list(report["problems"])
