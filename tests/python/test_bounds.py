@@ -31,6 +31,16 @@ def test_nonsensical_numbers_are_usage_errors(argv, option):
     assert f"argument {option}" in r.stderr
 
 
+def test_an_integer_past_the_top_is_told_the_top():
+    # The lower bound alone ("must be >= 1") would send the user the wrong way.
+    r = _nvmw("ycsb", "--ops", "99999999999999999999")
+    assert r.returncode == 2
+    assert "out of range: must be between 0 and 2^63-1" in r.stderr
+    r = _nvmw("bench", "overhead", "--ops", "0")
+    assert r.returncode == 2
+    assert "out of range: must be >= 1" in r.stderr
+
+
 def test_unwritable_output_directory_fails_before_the_run(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")

@@ -189,10 +189,17 @@ def _number(kind, text: str, lo, hi, what: str):
 def int_in(lo: int = 1, hi: int = _INT64_MAX):
     """argparse type: an integer in [lo, hi] (default: positive). Refuses out-of-range
     values at parse time with the range in the message, before any binding sees them."""
-    what = f">= {lo}" if hi == _INT64_MAX else f"between {lo} and {hi}"
+    what = f"between {lo} and {hi}"
+    if hi == _INT64_MAX:  # the usual case: only the lower end is worth stating ...
+        what = f">= {lo}"
 
     def parse(text: str) -> int:
-        return _number(int, text, lo, hi, what)
+        value = _number(int, text, None, None, "")
+        if value > hi and hi == _INT64_MAX:  # ... unless the value is past the upper one
+            raise argparse.ArgumentTypeError(f"{text} is out of range: must be between {lo} and 2^63-1")
+        if value < lo or value > hi:
+            raise argparse.ArgumentTypeError(f"{text} is out of range: must be {what}")
+        return value
     parse.__name__ = "integer"
     return parse
 
