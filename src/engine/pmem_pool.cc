@@ -288,9 +288,14 @@ Status CheckPmemPool(const std::string& path, const PmemCheckOptions& options,
   if (!S_ISREG(st.st_mode)) return Status::IOError(path + ": not a regular file");
   if (access(path.c_str(), R_OK) != 0) return Status::IOError(path + ": " + std::strerror(errno));
   if (!options.salvage_path.empty()) {
-    if (stat(options.salvage_path.c_str(), &st) == 0 || errno != ENOENT) {
+    // lstat: a dangling symbolic link is a name in use too (creating through it would
+    // write wherever it points).
+    if (lstat(options.salvage_path.c_str(), &st) == 0) {
       return Status::InvalidArgument(options.salvage_path +
                                      ": salvage target exists; give a new path");
+    }
+    if (errno != ENOENT) {  // e.g. ENOTDIR: a component of the path is a file
+      return Status::InvalidArgument(options.salvage_path + ": " + std::strerror(errno));
     }
     s = CheckPath(options.salvage_path);
     if (!s.ok()) return s;

@@ -120,6 +120,29 @@ TEST_F(DamageTest, IntactPoolChecksClean) {
   EXPECT_EQ(r.entries_ok, static_cast<uint64_t>(kKeys));
 }
 
+TEST_F(DamageTest, SalvageTargetUnderAFileOrThroughADanglingLinkIsNamed) {
+  PmemCheckOptions co;
+  co.salvage_options = Small();
+  PmemCheckReport r;
+  // A path whose directory is a regular file: not "exists", the real reason.
+  const std::string file = dir_.path() + "/plain";
+  WriteFile(file, "x");
+  co.salvage_path = file + "/out.pool";
+  Status s = CheckPmemPool(path_, co, &r);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.message().find("Not a directory"), std::string::npos) << s.message();
+  // A dangling symbolic link is a name in use: refused, nothing created where it points.
+  const std::string target = dir_.path() + "/elsewhere.pool";
+  const std::string link = dir_.path() + "/link.pool";
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  co.salvage_path = link;
+  s = CheckPmemPool(path_, co, &r);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.message().find("salvage target exists"), std::string::npos) << s.message();
+  struct stat st;
+  EXPECT_NE(stat(target.c_str(), &st), 0) << "a pool was created through the link";
+}
+
 TEST_F(DamageTest, FlippedHeaderBytesAreRefusedUnchanged) {
   std::string img = pristine_;
   img[200] ^= 0x01;  // pool header, inside its checksum
