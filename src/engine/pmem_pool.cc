@@ -360,6 +360,13 @@ Status CheckPmemPool(const std::string& path, const PmemCheckOptions& options,
       src.reset();
       unlink(scratch.c_str());
       std::string msg = options.salvage_path + ": salvage failed: " + s.message();
+      if (out != nullptr) {
+        // Kept, not deleted: what it holds may be all that is left of the data. Said
+        // here so that nobody takes it for a complete salvage.
+        out.reset();
+        msg += "; that pool is kept, holding only the " + std::to_string(report->salvaged) +
+               " entries copied before this (a larger salvage pool would hold them all)";
+      }
       return s.IsNoSpace() ? Status::NoSpace(msg) : Status::IOError(msg);
     }
   }

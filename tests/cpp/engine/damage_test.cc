@@ -365,6 +365,40 @@ TEST_F(DamageTest, ForeignAndNonUtf8LayoutsAreOneLineErrors) {
   EXPECT_NE(s.message().find("PMEMOBJ"), std::string::npos) << s.message();
 }
 
+TEST(PmemSalvageTest, ASalvagePoolTooSmallIsKeptAndSaysItIsPartial) {
+  constexpr int kEntries = 1024;
+  TempDir dir;
+  const std::string src = dir.File("big.pool");
+  PmemOptions big;
+  big.pool_size_bytes = 32ull << 20;
+  big.bucket_count = 64;
+  std::unique_ptr<Engine> e;
+  ASSERT_TRUE(OpenPmemEngine(src, big, &e).ok());
+  const std::string value(16 << 10, 'x');
+  for (int i = 0; i < kEntries; ++i) ASSERT_TRUE(e->Put(Key(i), value).ok());  // 16 MiB
+  e.reset();
+  PmemCheckOptions co;
+  co.salvage_path = dir.File("small.pool");
+  co.salvage_options.pool_size_bytes = 8ull << 20;
+  co.salvage_options.bucket_count = 64;
+  PmemCheckReport r;
+  Status s = CheckPmemPool(src, co, &r);
+  ASSERT_TRUE(s.IsNoSpace()) << s.ToString();
+  EXPECT_GT(r.salvaged, 0u);
+  EXPECT_LT(r.salvaged, static_cast<uint64_t>(kEntries));
+  EXPECT_NE(s.message().find("kept, holding only the " + std::to_string(r.salvaged) + " entries"),
+            std::string::npos) << s.message();
+  // What the message promises is there: the partial pool opens and holds those entries.
+  std::unique_ptr<Engine> out;
+  PmemOptions reopen = co.salvage_options;
+  reopen.create_if_missing = false;
+  ASSERT_TRUE(OpenPmemEngine(co.salvage_path, reopen, &out).ok());
+  uint64_t found = 0;
+  std::string v;
+  for (int i = 0; i < kEntries; ++i) found += out->Get(Key(i), &v).ok() && v == value;
+  EXPECT_EQ(found, r.salvaged);
+}
+
 TEST(PmemCreationTest, NewPoolsAre0600UnlessConfigured) {
   TempDir dir;
   std::unique_ptr<Engine> e;
