@@ -96,9 +96,14 @@ struct Request {
 };
 
 // Called exactly once per accepted request, on a worker thread (or inline in
-// no-control mode). `value` holds the value for a successful Get and is empty
-// otherwise (Exists included: its status says whether the key exists). Must not
-// block for long: it runs on the worker.
+// no-control mode, and by SubmitOrRun with a free permit). `value` holds the value for
+// a successful Get and is empty otherwise (Exists included: its status says whether
+// the key exists). Must not block for long: it runs on the worker, holding the
+// request's permit until it returns. It must never wait for its own middleware: a
+// synchronous call into it returns NotSupported (submit instead), and Stop or the
+// destructor there would wait for the completion itself. Nor may it wait for another
+// thread that waits for the middleware, or make a synchronous call into a middleware
+// whose completions may wait for this one (docs/middleware.md, "Inside a completion").
 using Completion = std::function<void(const Status& status, std::string&& value)>;
 
 class Middleware {
@@ -120,6 +125,9 @@ class Middleware {
   // class is free, else on a worker once the request's turn in FIFO order comes; with
   // kHandOff always on a worker), return the engine's status. Waiting is a futex wait, no mutex/condvar. Get fills
   // *value on OK. An OK Put is durable when the engine's Put is.
+  // NotSupported, in every mode, when called from inside one of this middleware's
+  // completions (InCompletion): that thread holds a permit until the completion
+  // returns, and the call could wait for it.
   Status Get(std::string_view key, std::string* value, RequestClass cls = RequestClass::kAuto);
   Status Put(std::string_view key, std::string_view value, RequestClass cls = RequestClass::kAuto);
   Status Remove(std::string_view key, RequestClass cls = RequestClass::kAuto);
@@ -130,7 +138,9 @@ class Middleware {
 
   // Asynchronous: OK when accepted (done will run exactly once, on a worker of the
   // class once a permit is free), Overloaded when the class queue is full, Shutdown when not running, InvalidArgument for a bad request
-  // (done is not called on a non-OK return).
+  // (done is not called on a non-OK return). In no-control mode the request runs
+  // inline and may wait for a permit, except from inside one of this middleware's
+  // completions: there it runs only if a permit is free, else Overloaded.
   Status Submit(Request request, Completion done);
 
   // Non-blocking submission for an event loop (the Redis-protocol server): never waits
@@ -168,6 +178,11 @@ class Middleware {
 
   const MiddlewareOptions& options() const;
   bool running() const;
+  // Whether the calling thread is running one of this middleware's completions (also
+  // nested inside a completion of another middleware). Such a thread must not wait
+  // for this middleware: not Stop it, destroy it, nor join a generator or replay
+  // driving it.
+  bool InCompletion() const;
 
  private:
   struct Impl;

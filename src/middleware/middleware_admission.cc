@@ -1,7 +1,8 @@
 // Admission side of the middleware: validation and classification, the permit path
 // (caller-runs and no-control: a sync call with a free permit runs on its own thread),
 // the hand-off path (admission gate, enqueue), waking synchronous callers (a futex on
-// each task's state word), and the async task pool.
+// each task's state word), the async task pool, and calling completions (which thread
+// runs which middleware's completion).
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -17,6 +18,42 @@
 #include "util/spin.h"
 
 namespace nvmw {
+
+namespace {
+
+// The completions this thread is running, innermost first; each frame lives on the
+// stack of CallCompletion. Null on a thread that runs none, so a synchronous call
+// learns with one thread-local load that it cannot be waiting for itself.
+struct CompletionFrame {
+  const void* mw;  // the Middleware::Impl whose completion runs
+  const CompletionFrame* outer;
+};
+thread_local const CompletionFrame* tls_completions = nullptr;
+
+const char* OpName(OpType op) {
+  switch (op) {
+    case OpType::kGet:
+      return "get";
+    case OpType::kPut:
+      return "put";
+    case OpType::kRemove:
+      return "remove";
+    case OpType::kExists:
+      return "exists";
+  }
+  return "request";
+}
+
+// Out of line: only a caller that is inside a completion builds the message.
+[[gnu::noinline, gnu::cold]] Status RefuseInsideCompletion(OpType op) {
+  return Status::NotSupported(
+      std::string(OpName(op)) +
+      ": a completion cannot make a synchronous call into its own middleware (it would "
+      "wait for a permit or a worker that the thread running the completion may hold); "
+      "submit the request instead");
+}
+
+}  // namespace
 
 Status ExecuteOp(Engine* db, OpType op, std::string_view key, std::string_view value,
                  std::string* out, uint64_t* bytes) {
@@ -227,12 +264,42 @@ Status Middleware::Impl::RunOnCaller(Task* t, std::string* out, Status* result,
   return Status::OK();
 }
 
+// ---- completions ----
+
+void Middleware::Impl::CallCompletion(const Completion& done, const Status& status,
+                                      std::string&& value) {
+  const CompletionFrame frame{this, tls_completions};
+  tls_completions = &frame;
+  try {
+    done(status, std::move(value));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nvmw: completion threw (ignored): %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "nvmw: completion threw (ignored)\n");
+  }
+  tls_completions = frame.outer;
+}
+
+bool Middleware::Impl::InCompletion() const {
+  for (const CompletionFrame* f = tls_completions; f != nullptr; f = f->outer) {
+    if (f->mw == this) return true;
+  }
+  return false;
+}
+
 // ---- front door ----
 
 Status Middleware::Impl::SyncCall(OpType op, std::string_view key, std::string_view value,
                                   std::string* out, RequestClass hint) {
   Status s = Validate(op, value.size(), hint);
   if (!s.ok()) return s;
+  // Inside one of this middleware's completions the thread holds a permit (with
+  // hand-off, it is a worker) until the completion returns. Waiting for a permit or
+  // a worker could wait for itself: certainly for a class of limit 1, and across
+  // classes when a completion of each waits for the other's (docs/middleware.md,
+  // "Inside a completion"). In every mode: without control the completion holds one
+  // of the shared permits.
+  if (tls_completions != nullptr && InCompletion()) return RefuseInsideCompletion(op);
   Task t;
   t.submit_ns = FastNowNs();
   t.op = op;
@@ -262,6 +329,12 @@ Status Middleware::Impl::Submit(Request&& request, Completion&& done) {
   const int64_t submit_ns = FastNowNs();
   const RequestClass cls = Resolve(request.op, request.value.size(), request.cls);
   if (!options.control) {
+    // Inside one of this middleware's own completions, waiting for a permit could wait
+    // for the one this thread holds: run it only if a permit is free (Overloaded
+    // otherwise), as SubmitOrRun does.
+    if (tls_completions != nullptr && InCompletion()) {
+      return SubmitOrRun(std::move(request), std::move(done));
+    }
     // No control: the caller runs it inline, like a sync call.
     Task t;
     t.submit_ns = submit_ns;
@@ -321,13 +394,7 @@ void Middleware::Impl::RunInlineHoldingPermit(int c, OpType op, RequestClass cls
   CallerStripe()->Record(cls, static_cast<uint64_t>(std::max<int64_t>(0, FastNowNs() - submit_ns)),
                          bytes, IsWrite(op), IsError(result));
   if (!result.ok()) out.clear();
-  try {
-    done(result, std::move(out));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "nvmw: completion threw (ignored): %s\n", e.what());
-  } catch (...) {
-    std::fprintf(stderr, "nvmw: completion threw (ignored)\n");
-  }
+  CallCompletion(done, result, std::move(out));
   ReleasePermit(c, nullptr);
 }
 
@@ -404,6 +471,8 @@ Status Middleware::Submit(Request request, Completion done) {
 Status Middleware::SubmitOrRun(Request request, Completion done) {
   return impl_->SubmitOrRun(std::move(request), std::move(done));
 }
+
+bool Middleware::InCompletion() const { return impl_->InCompletion(); }
 
 RequestClass Middleware::Classify(OpType op, size_t value_bytes, RequestClass hint) const {
   if (!Impl::ValidClass(hint) || !Impl::ValidOp(op)) return RequestClass::kAuto;

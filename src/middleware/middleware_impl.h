@@ -250,6 +250,20 @@ struct Middleware::Impl {
                   RequestClass hint);
   Status Submit(Request&& request, Completion&& done);
   Status SubmitOrRun(Request&& request, Completion&& done);
+
+  // ---- completions and the thread running them (middleware_admission.cc) ----
+  // Calls a request's completion on this thread (a worker, or the caller of a request
+  // run inline), recording for the duration of the call that this thread runs one of
+  // this middleware's completions; an exception it throws is reported and dropped.
+  void CallCompletion(const Completion& done, const Status& status, std::string&& value);
+  // Whether this thread is inside one of this middleware's completions, also nested
+  // in a completion of another middleware (a completion may submit to a no-control
+  // middleware, or call SubmitOrRun, and that completion runs inside it). Such a
+  // thread holds one of this middleware's permits (with hand-off: is one of its
+  // workers) until the completion returns, so it must not wait for a permit or a
+  // worker: a synchronous call is refused (NotSupported) and a no-control Submit
+  // that finds no permit free is refused (Overloaded) instead of waiting.
+  bool InCompletion() const;
   // Runs a request that holds a permit of class c on this thread: executes, records,
   // calls done, releases the permit (waiters it grants go to the workers).
   void RunInlineHoldingPermit(int c, OpType op, RequestClass cls, std::string_view key,

@@ -2,8 +2,6 @@
 // resizing the pools while requests flow (PerformAction / SetThreads).
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
-#include <exception>
 #include <string>
 #include <system_error>
 #include <tuple>
@@ -55,13 +53,7 @@ void Middleware::Impl::RunTask(Task* t, StatsShard* shard) {
     shard->Record(t->cls, static_cast<uint64_t>(std::max<int64_t>(0, FastNowNs() - t->submit_ns)),
                   bytes, IsWrite(t->op), IsError(s));
     if (!s.ok()) value.clear();
-    try {
-      at->done(s, std::move(value));
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "nvmw: completion threw (ignored): %s\n", e.what());
-    } catch (...) {
-      std::fprintf(stderr, "nvmw: completion threw (ignored)\n");
-    }
+    CallCompletion(at->done, s, std::move(value));
     RecycleAsyncTask(at);
     return;
   }

@@ -1,0 +1,328 @@
+// Inside a completion: the thread running one holds its request's permit (with
+// hand-off, it is one of the class's workers) until the completion returns, so it must
+// never wait for its own middleware. A synchronous call from there is refused with
+// NotSupported in every mode: same class, the other class (two completions waiting for
+// each other's class), and nested inside a completion of another middleware. A
+// no-control Submit from there runs only if a permit is free. Calls into another
+// middleware, and calls from other threads, are not affected.
+//
+// The cases that deadlocked run in a forked child with an alarm: a child killed by
+// SIGALRM is the hang this guards against.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "nvmw/engine.h"
+#include "nvmw/middleware.h"
+
+namespace nvmw {
+namespace {
+
+// A failed check in the child: says which and exits with a code naming the line.
+#define CHILD_CHECK(cond)                                                   \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
+      std::fprintf(stderr, "child: line %d: %s failed\n", __LINE__, #cond); \
+      return 10 + __LINE__ % 200;                                           \
+    }                                                                       \
+  } while (0)
+
+// Runs body in a forked child (60 s alarm); returns its exit code, or 128 + signal.
+int InChild(const std::function<int()>& body) {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(60);
+    const int code = body();
+    std::fflush(nullptr);
+    _exit(code);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+constexpr const char* kHung = "(142 = 128 + SIGALRM: the child hung)";
+
+// Waits (bounded) until flag is set.
+bool WaitFor(const std::atomic<bool>& flag) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!flag.load()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
+
+// Two threads meet here (bounded): false if the other never came.
+bool Meet(std::atomic<int>& arrived) {
+  arrived.fetch_add(1);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (arrived.load() < 2) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+enum class Mode { kCallerRuns, kHandOff, kNoControl };
+
+const char* ModeName(Mode m) {
+  return m == Mode::kCallerRuns ? "caller-runs" : m == Mode::kHandOff ? "hand-off" : "no-control";
+}
+
+MiddlewareOptions Options(Mode m) {
+  MiddlewareOptions o;
+  o.max_threads = 4;
+  o.window_s = 60;
+  o.control = m != Mode::kNoControl;
+  o.execution = m == Mode::kHandOff ? Execution::kHandOff : Execution::kCallerRuns;
+  o.no_control_max_inflight = 1;  // the completion holds the only permit
+  return o;
+}
+
+bool Refused(const Status& s) { return s.code() == Status::Code::kNotSupported; }
+
+Request Req(OpType op, std::string key, RequestClass cls, std::string value = {}) {
+  Request r;
+  r.op = op;
+  r.key = std::move(key);
+  r.value = std::move(value);
+  r.cls = cls;
+  return r;
+}
+
+// Every synchronous call of both classes, made from inside a completion.
+struct SyncCalls {
+  Status get[2], put[2], remove[2], exists[2];
+  void MakeAll(Middleware& mw) {
+    for (int c = 0; c < 2; ++c) {
+      const RequestClass cls = static_cast<RequestClass>(c);
+      std::string v;
+      get[c] = mw.Get("k", &v, cls);
+      put[c] = mw.Put("k", "w", cls);
+      remove[c] = mw.Remove("k", cls);
+      exists[c] = mw.Exists("k", cls);
+    }
+  }
+  bool AllRefused() const {
+    for (int c = 0; c < 2; ++c) {
+      for (const Status* s : {&get[c], &put[c], &remove[c], &exists[c]}) {
+        if (!Refused(*s)) {
+          std::fprintf(stderr, "child: class %d: %s\n", c, s->ToString().c_str());
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+};
+
+int SyncCallsFromOwnCompletions(Mode mode) {
+  auto engine = NewMemoryEngine();
+  Middleware mw(Options(mode));
+  CHILD_CHECK(mw.Start(engine.get(), 1, 1).ok());
+  CHILD_CHECK(mw.Put("k", "v").ok());
+  for (int c = 0; c < 2; ++c) {  // the class of the request completing
+    for (bool submit_or_run : {false, true}) {
+      SyncCalls calls;
+      std::atomic<bool> done{false};
+      Request r = Req(OpType::kGet, "k", static_cast<RequestClass>(c));
+      Completion fn = [&](const Status&, std::string&&) {
+        calls.MakeAll(mw);
+        done.store(true);
+      };
+      const Status s = submit_or_run ? mw.SubmitOrRun(std::move(r), std::move(fn))
+                                     : mw.Submit(std::move(r), std::move(fn));
+      CHILD_CHECK(s.ok());
+      CHILD_CHECK(WaitFor(done));
+      CHILD_CHECK(calls.AllRefused());
+    }
+  }
+  // Outside a completion the same calls work.
+  std::string v;
+  CHILD_CHECK(mw.Get("k", &v).ok() && v == "v");
+  CHILD_CHECK(mw.Put("k", "w", RequestClass::kBatch).ok());
+  CHILD_CHECK(mw.Stop().ok());
+  return 0;
+}
+
+TEST(CompletionTest, SyncCallIntoOwnMiddlewareIsRefusedInEveryMode) {
+  for (Mode mode : {Mode::kCallerRuns, Mode::kHandOff, Mode::kNoControl}) {
+    SCOPED_TRACE(ModeName(mode));
+    EXPECT_EQ(InChild([mode] { return SyncCallsFromOwnCompletions(mode); }), 0) << kHung;
+  }
+}
+
+// An interactive completion calls into the batch class while a batch completion calls
+// into the interactive class, each class at limit 1: each waited for the other's.
+int CrossClassCycle(Mode mode) {
+  auto engine = NewMemoryEngine();
+  Middleware mw(Options(mode));
+  CHILD_CHECK(mw.Start(engine.get(), 1, 1).ok());
+  CHILD_CHECK(mw.Put("k", "v").ok());
+  std::atomic<int> arrived{0};
+  std::atomic<bool> met[2] = {false, false};
+  std::atomic<bool> done[2] = {false, false};
+  Status got[2];
+  for (int c = 0; c < 2; ++c) {
+    const RequestClass other = static_cast<RequestClass>(1 - c);
+    CHILD_CHECK(mw.Submit(Req(OpType::kGet, "k", static_cast<RequestClass>(c)),
+                          [&, c, other](const Status&, std::string&&) {
+                            met[c].store(Meet(arrived));  // both hold their class
+                            std::string v;
+                            got[c] = mw.Get("k", &v, other);
+                            done[c].store(true);
+                          })
+                    .ok());
+  }
+  CHILD_CHECK(WaitFor(done[0]) && WaitFor(done[1]));
+  CHILD_CHECK(met[0].load() && met[1].load());
+  CHILD_CHECK(Refused(got[0]) && Refused(got[1]));
+  CHILD_CHECK(mw.Stop().ok());
+  return 0;
+}
+
+TEST(CompletionTest, CrossClassCycleIsRefused) {
+  for (Mode mode : {Mode::kCallerRuns, Mode::kHandOff}) {
+    SCOPED_TRACE(ModeName(mode));
+    EXPECT_EQ(InChild([mode] { return CrossClassCycle(mode); }), 0) << kHung;
+  }
+}
+
+// A completion of a controlled middleware submits to a no-control middleware, whose
+// completion runs inline, nested, and calls back into the first: refused, as calls
+// into the inner one are.
+int NestedCompletions() {
+  auto e1 = NewMemoryEngine();
+  auto e2 = NewMemoryEngine();
+  MiddlewareOptions o2 = Options(Mode::kNoControl);
+  o2.no_control_max_inflight = 4;
+  Middleware outer(Options(Mode::kCallerRuns));
+  Middleware inner(o2);
+  CHILD_CHECK(outer.Start(e1.get(), 1, 1).ok());
+  CHILD_CHECK(inner.Start(e2.get(), 1, 1).ok());
+  CHILD_CHECK(outer.Put("k", "v").ok());
+  CHILD_CHECK(inner.Put("k", "v").ok());
+  std::atomic<bool> done{false};
+  bool inner_ran = false;
+  SyncCalls into_outer, into_inner;
+  CHILD_CHECK(outer.Submit(Req(OpType::kGet, "k", RequestClass::kInteractive),
+                           [&](const Status&, std::string&&) {
+                             Status s = inner.Submit(
+                                 Req(OpType::kGet, "k", RequestClass::kInteractive),
+                                 [&](const Status&, std::string&&) {
+                                   inner_ran = true;
+                                   into_outer.MakeAll(outer);
+                                   into_inner.MakeAll(inner);
+                                 });
+                             if (!s.ok()) std::fprintf(stderr, "child: %s\n", s.ToString().c_str());
+                             done.store(true);
+                           })
+              .ok());
+  CHILD_CHECK(WaitFor(done));
+  CHILD_CHECK(inner_ran);  // no control: ran inline, inside the outer completion
+  CHILD_CHECK(into_outer.AllRefused());
+  CHILD_CHECK(into_inner.AllRefused());
+  CHILD_CHECK(outer.Stop().ok() && inner.Stop().ok());
+  return 0;
+}
+
+TEST(CompletionTest, NestedCompletionStillRefusesTheOuterMiddleware) {
+  EXPECT_EQ(InChild(NestedCompletions), 0) << kHung;
+}
+
+// No control, a bound of 1: the completion holds the only permit, so a Submit from it,
+// which runs inline, waited for itself. Now it is Overloaded when no permit is free,
+// and runs inline, nested, when one is.
+int NoControlSubmitsFromOwnCompletion() {
+  for (int bound : {1, 2}) {
+    auto engine = NewMemoryEngine();
+    MiddlewareOptions o = Options(Mode::kNoControl);
+    o.no_control_max_inflight = bound;
+    Middleware mw(o);
+    CHILD_CHECK(mw.Start(engine.get(), 1, 1).ok());
+    CHILD_CHECK(mw.Put("k", "v").ok());
+    Status nested;
+    bool nested_ran = false;
+    std::string nested_value;
+    CHILD_CHECK(mw.Submit(Req(OpType::kGet, "k", RequestClass::kInteractive),
+                          [&](const Status&, std::string&&) {
+                            nested = mw.Submit(
+                                Req(OpType::kGet, "k", RequestClass::kBatch),
+                                [&](const Status& s, std::string&& v) {
+                                  nested_ran = s.ok();
+                                  nested_value = std::move(v);
+                                });
+                          })
+                    .ok());  // no control: completed before Submit returned
+    if (bound == 1) {
+      CHILD_CHECK(nested.IsOverloaded());
+      CHILD_CHECK(!nested_ran);
+    } else {
+      CHILD_CHECK(nested.ok());
+      CHILD_CHECK(nested_ran && nested_value == "v");
+    }
+    CHILD_CHECK(mw.Stop().ok());
+  }
+  return 0;
+}
+
+TEST(CompletionTest, NoControlSubmitFromOwnCompletionNeverWaits) {
+  EXPECT_EQ(InChild(NoControlSubmitsFromOwnCompletion), 0) << kHung;
+}
+
+// Only the thread running the completion, and only for its own middleware (and the
+// ones whose completions it is nested in), is affected.
+TEST(CompletionTest, OtherThreadsAndOtherMiddlewaresAreNotRefused) {
+  auto e1 = NewMemoryEngine();
+  auto e2 = NewMemoryEngine();
+  Middleware mw(Options(Mode::kCallerRuns));
+  Middleware other(Options(Mode::kCallerRuns));
+  ASSERT_TRUE(mw.Start(e1.get(), 1, 1).ok());
+  ASSERT_TRUE(other.Start(e2.get(), 1, 1).ok());
+  ASSERT_TRUE(other.Put("k", "o").ok());
+  std::atomic<bool> inside{false}, release{false}, done{false};
+  bool in_own = false, in_other = true;
+  Status into_other;
+  std::string value;
+  ASSERT_TRUE(mw.Submit(Req(OpType::kPut, "k", RequestClass::kBatch, "v"),
+                        [&](const Status&, std::string&&) {
+                          in_own = mw.InCompletion();
+                          in_other = other.InCompletion();
+                          into_other = other.Get("k", &value);
+                          inside.store(true);
+                          while (!release.load()) std::this_thread::yield();
+                          done.store(true);
+                        })
+                  .ok());
+  ASSERT_TRUE(WaitFor(inside));
+  // While the completion runs on a batch worker, this thread is not inside it.
+  EXPECT_FALSE(mw.InCompletion());
+  std::string v;
+  EXPECT_TRUE(mw.Get("k", &v, RequestClass::kInteractive).ok());
+  EXPECT_EQ(v, "v");
+  EXPECT_TRUE(mw.Put("i", "x", RequestClass::kInteractive).ok());
+  release.store(true);
+  ASSERT_TRUE(WaitFor(done));
+  EXPECT_TRUE(in_own);
+  EXPECT_FALSE(in_other);
+  EXPECT_TRUE(into_other.ok()) << into_other.ToString();
+  EXPECT_EQ(value, "o");
+  // The batch class is free again once the completion has returned.
+  EXPECT_TRUE(mw.Put("b", std::string(100, 'x'), RequestClass::kBatch).ok());
+  ASSERT_TRUE(mw.Stop().ok());
+  ASSERT_TRUE(other.Stop().ok());
+}
+
+}  // namespace
+}  // namespace nvmw
