@@ -229,9 +229,10 @@ class Middleware:
                cls: Optional[str] = None) -> "concurrent.futures.Future":
         """Asynchronous request (``op`` in get/put/remove/exists). Returns a Future whose
         result is the value (get; None if missing), None (put) or a bool (remove, exists).
-        Its done-callbacks run on the worker that completed it: with control they may
-        submit() but a synchronous call into this middleware raises NotSupportedError
-        (it would wait for that worker)."""
+        Its done-callbacks run on the thread that completed it (a worker, or without
+        control the caller), which holds the request's permit until they return: they may
+        submit() but a synchronous call into this middleware raises NotSupportedError (it
+        could wait for that permit)."""
         if op not in _OPS:
             raise InvalidArgumentError(f"unknown op {op!r}: use 'get', 'put', 'remove' or 'exists'")
         fut: concurrent.futures.Future = concurrent.futures.Future()

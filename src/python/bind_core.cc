@@ -108,13 +108,6 @@ void StopReleasingGil(Middleware& mw) {
   }
 }
 
-// The middleware whose completion callback this thread is running, if any (set by
-// PyCompletion with the GIL held). Such a thread is one of the middleware's workers, or
-// in no-control mode a caller inside Submit: it holds one of the middleware's permits
-// until the callback returns, so it must not wait for the middleware to drain (close,
-// the last reference) nor, with control, for a permit or a worker (a sync call).
-thread_local const Middleware* tls_completing = nullptr;
-
 // Threads started by RunDetached that have not finished (the exit hook waits).
 std::atomic<int> g_background_stops{0};
 
@@ -145,11 +138,12 @@ struct MiddlewareBox {
 };
 
 // Frees a box. When the last reference goes inside one of its own completion
-// callbacks (a callback that held the last reference to its middleware), the stop
-// would wait for that very callback: the box is freed on a thread of its own instead.
+// callbacks (a callback that held the last reference to its middleware, also one
+// nested in another middleware's callback), the stop would wait for that very
+// callback: the box is freed on a thread of its own instead.
 struct BoxDeleter {
   void operator()(MiddlewareBox* box) const {
-    if (tls_completing == &box->mw) {
+    if (box->mw.InCompletion()) {
       if (!RunDetached([box] { delete box; })) {
         std::fprintf(stderr, "nvmw: cannot start a thread to free a middleware; leaking it\n");
       }
@@ -197,10 +191,13 @@ void StopAllAtExit() {
 }
 
 // The completion of an async request from Python: runs on a worker thread (or inline
-// in no-control mode) without the GIL and calls callback(error, value) with it.
+// in no-control mode) without the GIL and calls callback(error, value) with it. The
+// core knows, while it runs, that this thread is inside one of the middleware's
+// completions (Middleware::InCompletion): a synchronous call into it from the callback
+// is refused (NotSupportedError), and close() or dropping the last reference there
+// stops it on a thread of its own.
 struct PyCompletion {
   std::shared_ptr<nb::object> callback;  // reset with the GIL held once called
-  const Middleware* mw;                  // the middleware it completes (identity only)
 
   void operator()(const Status& s, std::string&& v) const {
     if (!PythonUsable()) {
@@ -210,8 +207,6 @@ struct PyCompletion {
       return;
     }
     const PyGILState_STATE gil = PyGILState_Ensure();
-    const Middleware* outer = tls_completing;  // a callback may complete another's request
-    tls_completing = mw;
     try {
       nb::object value = s.ok() ? nb::object(nb::bytes(v.data(), v.size())) : nb::none();
       nb::object error = s.ok() ? nb::none() : ErrorFor(s);
@@ -222,7 +217,6 @@ struct PyCompletion {
       std::fprintf(stderr, "nvmw: completion callback failed: %s\n", e.what());
     }
     callback->reset();  // may drop the last reference to the middleware (BoxDeleter)
-    tls_completing = outer;
     PyGILState_Release(gil);
   }
 };
@@ -256,23 +250,6 @@ std::shared_ptr<Middleware> AcquireMiddleware(PyMiddleware& h, const char* what)
   if (!h.mw) ThrowIfError(Status::Shutdown(std::string(what) + ": middleware is closed"));
   return h.mw;
 }
-
-namespace {
-
-// AcquireMiddleware for a synchronous request: refused inside one of the middleware's
-// own completion callbacks (with control), where waiting for a permit or a worker of
-// a class could wait for the very thread that runs the callback.
-std::shared_ptr<Middleware> AcquireForSyncCall(PyMiddleware& h, const char* what) {
-  std::shared_ptr<Middleware> mw = AcquireMiddleware(h, what);
-  if (tls_completing == mw.get() && mw->options().control) {
-    ThrowIfError(Status::NotSupported(
-        std::string(what) + ": a completion callback cannot make a synchronous call into its "
-        "own middleware (it would wait for the worker running the callback); use submit()"));
-  }
-  return mw;
-}
-
-}  // namespace
 
 std::string OptionName(const char* what, nb::handle key) {
   if (!PyUnicode_Check(key.ptr())) {
@@ -553,7 +530,7 @@ void BindCore(nb::module_& m) {
              if (!mw) mw = self.closing.lock();  // closed already: wait for that Stop too
              if (!mw) return;
              self.closing = mw;
-             if (tls_completing == mw.get()) {
+             if (mw->InCompletion()) {
                // Inside one of its own completion callbacks, which holds a permit until
                // it returns: Stop would wait for itself. Stop on another thread; the
                // drain ends once this callback has returned.
@@ -579,7 +556,7 @@ void BindCore(nb::module_& m) {
       .def(
           "get",
           [](PyMiddleware& self, nb::bytes key, int cls) -> nb::object {
-            std::shared_ptr<Middleware> mw = AcquireForSyncCall(self, "get");
+            std::shared_ptr<Middleware> mw = AcquireMiddleware(self, "get");
             std::string value;
             Status s;
             {
@@ -594,7 +571,7 @@ void BindCore(nb::module_& m) {
       .def(
           "put",
           [](PyMiddleware& self, nb::bytes key, nb::bytes value, int cls) {
-            std::shared_ptr<Middleware> mw = AcquireForSyncCall(self, "put");
+            std::shared_ptr<Middleware> mw = AcquireMiddleware(self, "put");
             Status s;
             {
               CallWithoutGil release;
@@ -606,7 +583,7 @@ void BindCore(nb::module_& m) {
       .def(
           "remove",
           [](PyMiddleware& self, nb::bytes key, int cls) {
-            std::shared_ptr<Middleware> mw = AcquireForSyncCall(self, "remove");
+            std::shared_ptr<Middleware> mw = AcquireMiddleware(self, "remove");
             Status s;
             {
               CallWithoutGil release;
@@ -620,7 +597,7 @@ void BindCore(nb::module_& m) {
       .def(
           "exists",
           [](PyMiddleware& self, nb::bytes key, int cls) {
-            std::shared_ptr<Middleware> mw = AcquireForSyncCall(self, "exists");
+            std::shared_ptr<Middleware> mw = AcquireMiddleware(self, "exists");
             Status s;
             {
               CallWithoutGil release;
@@ -651,7 +628,7 @@ void BindCore(nb::module_& m) {
             Status s;
             {
               CallWithoutGil release;
-              s = mw->Submit(std::move(r), PyCompletion{cb, mw.get()});
+              s = mw->Submit(std::move(r), PyCompletion{cb});
             }
             ThrowIfError(s);
           },
@@ -659,8 +636,8 @@ void BindCore(nb::module_& m) {
           "Async request; callback(error, value) runs on a worker thread (error is None or\n"
           "an nvmw.errors instance). Every accepted request completes, also when the\n"
           "middleware is closed, collected or the interpreter exits; ShutdownError once closed.\n"
-          "With control, the callback may submit() but not make synchronous calls into this\n"
-          "middleware (NotSupportedError: it would wait for its own worker).")
+          "The callback may submit() but not make synchronous calls into this middleware\n"
+          "(NotSupportedError: it would wait for the permit its own thread holds).")
       .def("get_stats",
            [](PyMiddleware& self) { return StatsToDict(AcquireMiddleware(self, "get_stats")->GetStats()); })
       .def("get_state",

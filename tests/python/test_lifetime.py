@@ -466,7 +466,7 @@ def test_sync_call_from_a_completion_callback_is_refused():
 
             mw.submit("get", b"k", cls="interactive").add_done_callback(then)
             assert done.wait(60)
-            assert raised and "use submit()" in raised[0], raised
+            assert raised and "submit the request instead" in raised[0], raised
             # Asynchronous calls from a callback are fine.
             inner = []
             mw.submit("put", b"a", b"1").add_done_callback(
@@ -474,6 +474,77 @@ def test_sync_call_from_a_completion_callback_is_refused():
             while not inner:
                 pass
             assert inner[0].result(60) == b"1"
+        print("ok", flush=True)
+    """)
+    assert child.returncode == 0, child.stderr
+    assert "ok" in child.stdout
+
+
+def test_sync_call_from_a_nested_completion_callback_is_refused():
+    # A callback of a controlled middleware submits to a no-control one, whose callback
+    # runs inline, nested, and calls back into the first: only the innermost middleware
+    # was known, so the call waited for the interactive permit its own thread held.
+    child = _run_callback_child("""
+        import threading
+        import nvmw
+        from nvmw import errors
+
+        outer = nvmw.Middleware(engine="memory", interactive_threads=1)
+        inner = nvmw.Middleware(engine="memory", control=False)
+        outer.put(b"k", b"v")
+        raised = []
+        done = threading.Event()
+
+        def nested(error, value):
+            for call in (lambda: outer.get(b"k", cls="interactive"),
+                         lambda: outer.put(b"k", b"w", cls="batch"),
+                         lambda: inner.exists(b"k")):
+                try:
+                    call()
+                except errors.NotSupportedError as e:
+                    raised.append(str(e))
+            done.set()
+
+        outer.core.submit(0, b"k", b"", 0,
+                          lambda error, value: inner.core.submit(0, b"k", b"", 0, nested))
+        assert done.wait(60)
+        assert len(raised) == 3, raised
+        assert outer.get(b"k") == b"v"  # outside a callback the same calls work
+        outer.close()
+        inner.close()
+        print("ok", flush=True)
+    """)
+    assert child.returncode == 0, child.stderr
+    assert "ok" in child.stdout
+
+
+def test_no_control_callback_never_waits_for_its_middleware():
+    # Without control the callback runs on the submitting thread, holding one of the
+    # shared permits: with a bound of 1, a synchronous call or a submit from it waited
+    # for that permit, that is for itself.
+    child = _run_callback_child("""
+        import nvmw
+        from nvmw import errors
+
+        mw = nvmw.Middleware(engine="memory", control=False, no_control_max_inflight=1)
+        mw.put(b"k", b"v")
+        seen = []
+
+        def callback(error, value):
+            try:
+                mw.get(b"k")
+            except errors.NotSupportedError:
+                seen.append("get refused")
+            try:
+                mw.core.submit(0, b"k", b"", 0, lambda e, v: seen.append("nested ran"))
+            except errors.OverloadedError:
+                seen.append("submit overloaded")
+            seen.append(value)
+
+        mw.core.submit(0, b"k", b"", 0, callback)  # runs inline: done when it returns
+        assert seen == ["get refused", "submit overloaded", b"v"], seen
+        assert mw.get(b"k") == b"v"
+        mw.close()
         print("ok", flush=True)
     """)
     assert child.returncode == 0, child.stderr
