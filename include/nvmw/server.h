@@ -39,6 +39,12 @@ struct ServerOptions {
   int port = 6379;
   // When not empty, every connection must AUTH with it first (-NOAUTH otherwise).
   std::string password;
+  // Protected mode (Redis's protected-mode, on by default as there): with no password,
+  // a connection from an address other than loopback (127.0.0.0/8, ::1, ::ffff:127.x)
+  // is answered one "-DENIED ..." line saying how to open the server and closed
+  // (counted in rejected_connections), whatever the bind address. Loopback clients are
+  // served. No effect when a password is set.
+  bool protected_mode = true;
   // Connections open at once; one more is answered "-ERR max number of clients
   // reached" and closed (Redis's maxclients default).
   size_t max_clients = 10000;
@@ -83,7 +89,7 @@ struct ServerOptions {
 struct ServerStats {
   uint64_t connections_current = 0;   // open connections
   uint64_t connections_total = 0;     // accepted since Start (rejected ones excluded)
-  uint64_t rejected_connections = 0;  // refused: max_clients reached
+  uint64_t rejected_connections = 0;  // refused: max_clients reached, or protected mode
   uint64_t commands = 0;              // commands executed (errors included)
   uint64_t protocol_errors = 0;       // connections closed for malformed input
   uint64_t auth_failures = 0;         // AUTH/HELLO with a wrong password

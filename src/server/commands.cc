@@ -789,6 +789,7 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
           {"maxclients", std::to_string(options.max_clients)},
           {"port", std::to_string(port.load())},
           {"bind", options.bind},
+          {"protected-mode", options.protected_mode ? "yes" : "no"},
           {"proto-max-bulk-len", std::to_string(options.max_bulk_bytes)},
           {"maxmemory", "0"},
           {"timeout", "0"},

@@ -1,7 +1,8 @@
-// The Redis-protocol server's event loops: listening, accepting (client cap), reading and
-// parsing (resp.h), writing replies with sendmsg/iovec straight from the pieces they are
-// in (a value read from the engine is written from its own buffer), the output cap, the
-// mailbox through which workers hand back completed requests, and the graceful Stop.
+// The Redis-protocol server's event loops: listening, accepting (protected mode, client
+// cap), reading and parsing (resp.h), writing replies with sendmsg/iovec straight from
+// the pieces they are in (a value read from the engine is written from its own buffer),
+// the output cap, the mailbox through which workers hand back completed requests, and
+// the graceful Stop.
 // docs/server.md ("Design") describes the threads and the execution path.
 #include <algorithm>
 #include <cerrno>
@@ -45,6 +46,30 @@ constexpr int kLoopTickMs = 100;            // stall checks and Stop progress
 thread_local char t_read_buf[kReadChunk];
 
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+// Whether a peer address is loopback: 127.0.0.0/8, ::1, or 127.0.0.0/8 mapped into
+// IPv6 (::ffff:127.x.y.z, an IPv4 client of a socket bound to "::").
+bool IsLoopbackPeer(const sockaddr_storage& addr) {
+  if (addr.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
+    return (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (addr.ss_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(&a) || (IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127);
+  }
+  return false;
+}
+
+// Protected mode's answer to a client on another host (Redis sends its own -DENIED
+// before closing, and so do we: the client learns why and what to change).
+const char kDeniedMsg[] =
+    "-DENIED nvmw is running in protected mode because no password is set: only clients "
+    "on the loopback interface are served. To fix it, do one of these: 1) set a password "
+    "(nvmw serve --password, or $NVMW_PASSWORD) and AUTH with it; 2) if only clients on "
+    "the server's own host need it, bind it to loopback (--bind 127.0.0.1) and connect "
+    "there; 3) restart it with --protected-mode no, only on a trusted network: any host "
+    "that reaches the port can then read and write the store.\r\n";
 
 }  // namespace
 
@@ -332,7 +357,10 @@ void Server::Impl::Loop(IoThread* io) {
 
 void Server::Impl::Accept(IoThread* io) {
   for (int k = 0; k < kAcceptsPerEvent; ++k) {
-    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    sockaddr_storage peer{};
+    socklen_t peer_len = sizeof peer;
+    const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer), &peer_len,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
@@ -341,6 +369,13 @@ void Server::Impl::Accept(IoThread* io) {
         io->accept_resume_ns = NowNs() + kLoopTickMs * 1000000LL;
       }
       return;  // EAGAIN: another loop took it, or none left
+    }
+    if (options.protected_mode && options.password.empty() && !IsLoopbackPeer(peer)) {
+      rejected_connections.fetch_add(1, std::memory_order_relaxed);
+      ssize_t r = ::send(fd, kDeniedMsg, sizeof kDeniedMsg - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      (void)r;
+      ::close(fd);
+      continue;
     }
     if (connections_current.fetch_add(1) >= options.max_clients) {
       connections_current.fetch_sub(1);

@@ -1,6 +1,7 @@
 """`nvmw serve`'s life as a process: stop signals at any moment (while it starts, twice,
-SIGHUP), a controller that fails inside the server, the metrics endpoint's errors (a
-scraper that resets, an IPv6 bind, a port taken). Each case is a `python -m nvmw serve`
+SIGHUP), protected mode (clients on other hosts refused without a password), a
+controller that fails inside the server, the metrics endpoint's errors (a scraper that
+resets, an IPv6 bind, a port taken). Each case is a `python -m nvmw serve`
 child: exit status 0 after a stop signal with the temporary pool removed, one clear line
 and never a traceback on stderr."""
 import glob
@@ -288,12 +289,85 @@ def test_a_stdout_reader_that_goes_away_does_not_fail_the_drain():
 # --- bind --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("password, warned", [((), True), (("--password", "secret"), False)],
-                         ids=["no-password", "password"])
-def test_a_store_open_to_other_hosts_without_a_password_is_warned_of(password, warned):
-    child = Child("--port", "0", "--engine", "memory", "--bind", "0.0.0.0", *password)
-    port = child.wait_for(r"listening on 0\.0\.0\.0:(\d+)").group(1)
+def host_address() -> str:
+    """This machine's own IPv4 address on a network interface other than loopback (the
+    one a packet to 10.255.255.255 would leave from; a UDP connect sends nothing): a
+    client connecting to it from here has that address as its peer address, not
+    loopback."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))
+            address = s.getsockname()[0]
+    except OSError as e:
+        pytest.fail(f"this host has no IPv4 address besides loopback to test protected mode with: {e}")
+    if address.startswith("127.") or address == "0.0.0.0":
+        pytest.fail(f"this host has no IPv4 address besides loopback to test protected mode with ({address})")
+    return address
+
+
+def read_until_closed(host: str, port: int, send: bytes = b"") -> bytes:
+    """Everything the server sends a new connection (after `send`) until it closes it."""
+    with socket.create_connection((host, port), timeout=30) as s:
+        s.sendall(send)
+        data = b""
+        while chunk := s.recv(4096):
+            data += chunk
+    return data
+
+
+def command(host: str, port: int, *lines: bytes) -> list:
+    """One reply line per inline command, on one connection."""
+    with socket.create_connection((host, port), timeout=30) as s:
+        f = s.makefile("rb")
+        replies = []
+        for line in lines:
+            s.sendall(line + b"\r\n")
+            replies.append(f.readline())
+        return replies
+
+
+def note_of(child: Child, bind: str) -> str:
+    return "".join(line for line in child.err if line.startswith(f"nvmw serve: listening on {bind} without"))
+
+
+@pytest.mark.parametrize("bind", ["0.0.0.0", "::"])
+def test_protected_mode_refuses_other_hosts_and_serves_loopback(bind):
+    # As Redis 7 with protected-mode yes and no password: a client whose address is not
+    # loopback gets one -DENIED line saying how to open the server, and is closed.
+    # Bound to "::", IPv4 clients have mapped addresses (::ffff:127.0.0.1 is loopback).
+    host = host_address()
+    child = Child("--port", "0", "--engine", "memory", "--bind", bind)
+    port = int(child.wait_for(r"listening on \S+:(\d+)").group(1))
+    denied = read_until_closed(host, port)
+    assert denied.startswith(b"-DENIED nvmw is running in protected mode") and denied.endswith(b"\r\n"), denied
+    assert denied.count(b"\r\n") == 1, denied
+    for fix in (b"--password", b"--bind 127.0.0.1", b"--protected-mode no"):
+        assert fix in denied, denied
+    loopbacks = ["127.0.0.1"] + (["::1"] if bind == "::" else [])
+    for loopback in loopbacks:
+        assert command(loopback, port, b"PING") == [b"+PONG\r\n"]
     assert child.signal(signal.SIGTERM) == 0, child.text()
-    warning = (f"nvmw serve: warning: listening on 0.0.0.0 without --password: any host that reaches port "
-               f"{port} can read and write the store\n")
-    assert ("".join(child.err) == warning) is warned, child.text()
+    # The refused connection is not served: only the loopback ones count.
+    n = len(loopbacks)
+    assert f"drained and closed ({n} commands, {n} connections)" in "".join(child.out), child.text()
+    assert "protected mode: only clients on loopback are served" in note_of(child, bind), child.text()
+    assert "warning" not in "".join(child.err), child.text()
+    assert_no_traceback(child)
+
+
+def test_a_password_or_protected_mode_no_serves_other_hosts():
+    host = host_address()
+    child = Child("--port", "0", "--engine", "memory", "--bind", "0.0.0.0", "--password", "secret")
+    port = int(child.wait_for(r"listening on \S+:(\d+)").group(1))
+    assert command(host, port, b"PING", b"AUTH secret", b"PING") == [
+        b"-NOAUTH Authentication required.\r\n", b"+OK\r\n", b"+PONG\r\n"]
+    assert child.signal(signal.SIGTERM) == 0, child.text()
+    assert "".join(child.err) == "", child.text()  # a password: nothing to say
+
+    child = Child("--port", "0", "--engine", "memory", "--bind", "0.0.0.0", "--protected-mode", "no")
+    port = int(child.wait_for(r"listening on \S+:(\d+)").group(1))
+    assert command(host, port, b"SET k v", b"GET k") == [b"+OK\r\n", b"$1\r\n"]
+    assert child.signal(signal.SIGTERM) == 0, child.text()
+    assert "".join(child.err) == (f"nvmw serve: warning: listening on 0.0.0.0 without --password and with "
+                                  f"--protected-mode no: any host that reaches port {port} can read and write "
+                                  f"the store\n"), child.text()

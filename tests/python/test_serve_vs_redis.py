@@ -5,6 +5,8 @@ the connection commands, RESP3 nulls, inline and pipelined requests, QUIT, proto
 Where the replies differ on purpose (the list in docs/server.md, "the replies differ only in
 these"), DIFFERENCES pins nvmw's exact reply, checks that Redis's is another, and that the
 docs still describe it: neither the server nor the list can drift without a failing test.
+Protected mode is compared too, with a client of this host's own address on an interface
+other than loopback.
 
 Replies are read by parsing RESP frames, never by waiting. Keys are named after their case,
 and every write either server accepts is accepted by the other, so the cases can run in any
@@ -248,3 +250,52 @@ def test_documented_differences(ports, name):
     assert exchange(redis_port, steps) != got, "nvmw answers as Redis now: drop the difference from docs/server.md"
     with open(DOCS, encoding="utf-8") as f:
         assert docs_words in " ".join(f.read().split())
+
+
+def host_address() -> str:
+    """This machine's IPv4 address on an interface other than loopback (see
+    test_serve_inputs.host_address): a client of it from here is not on loopback."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))  # a UDP connect sends nothing
+            address = s.getsockname()[0]
+    except OSError as e:
+        pytest.fail(f"this host has no IPv4 address besides loopback to test protected mode with: {e}")
+    if address.startswith("127.") or address == "0.0.0.0":
+        pytest.fail(f"this host has no IPv4 address besides loopback to test protected mode with ({address})")
+    return address
+
+
+def test_protected_mode_as_redis():
+    """Bound to 0.0.0.0 with no password (protected mode, both servers' default): a client
+    of another address gets one -DENIED line and is closed, counted in rejected_connections;
+    loopback clients are served. The line's words differ (documented)."""
+    host = host_address()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        redis_port = s.getsockname()[1]
+    procs: list = []
+    try:
+        start(procs, [shutil.which("redis-server") or "redis-server", "--port", str(redis_port), "--bind", "0.0.0.0",
+                      "--save", "", "--appendonly", "no"], rb"Ready to accept connections")
+        nvmw_port = int(start(procs, [sys.executable, "-m", "nvmw", "serve", "--port", "0", "--engine", "memory",
+                                      "--bind", "0.0.0.0"], rb"listening on [\d.]+:(\d+)").group(1))
+        denied = {}
+        for name, port in (("redis", redis_port), ("nvmw", nvmw_port)):
+            with socket.create_connection((host, port), timeout=10) as s:
+                r = Reader(s)
+                denied[name] = r.frame()
+                assert r.closed(), name
+            assert denied[name].startswith(b"-DENIED ") and denied[name].endswith(b"\r\n"), denied[name]
+            ping, stats = exchange(port, [cmd("PING"), cmd("INFO", "stats")])
+            assert ping == b"+PONG\r\n", name
+            assert b"\r\nrejected_connections:1\r\n" in stats, (name, stats)
+        assert b"--protected-mode no" in denied["nvmw"] and denied["nvmw"] != denied["redis"]
+        with open(DOCS, encoding="utf-8") as f:
+            assert "the `-DENIED` line names nvmw's ways out" in " ".join(f.read().split())
+    finally:
+        for proc in procs:
+            proc.terminate()
+            rc = proc.wait(timeout=60)
+            proc.stdout.close()
+            assert rc == 0, f"{proc.args[0]} exited with {rc}"

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import ipaddress
 import os
 import sys
 
+from nvmw import _core
 from nvmw.commands import SUMMARIES
 from nvmw.commands._args import add_store_args, argv_of, controller_help, int_in, pool_path
 from nvmw.lab.service import DEFAULT_CONTROLLER, Service, run_until_signal, stop_signals
@@ -23,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "and the usual connection commands, plus NVMW.CLASS interactive|batch|auto (the class of the "
         "connection's requests; auto: SETs of at least 64 KiB are batch) and NVMW.STATS. The controller "
         "resizes the two classes' limits after every monitor window (a controller that fails is "
-        "dropped, the limits kept). SIGTERM, SIGINT (Ctrl-C) or SIGHUP drains: no new connections, "
+        "dropped, the limits kept). Without a password only clients on loopback are served (protected "
+        "mode, as in Redis). SIGTERM, SIGINT (Ctrl-C) or SIGHUP drains: no new connections, "
         "every command already read is answered, every acknowledged SET is durable (pmem engine), "
         "exit status 0. Any Redis client, redis-cli, redis-benchmark or twemproxy can talk to it.")
     p.add_argument("--port", type=_port, default=6379, help="TCP port (default %(default)s; "
@@ -31,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bind", default="127.0.0.1", help="address to listen on (default %(default)s)")
     p.add_argument("--password", default=None, help="require AUTH with this password (default: none; "
                    "also read from $NVMW_PASSWORD so it stays out of the process list)")
+    p.add_argument("--protected-mode", choices=("yes", "no"), default="yes",
+                   help="as Redis's: without a password, clients not on loopback get a -DENIED error "
+                   "and are closed (default %(default)s; no: serve every host that reaches the port)")
     add_store_args(p, engine_default="pmem")
     p.add_argument("--pool-mb", type=int_in(8, 1 << 24), default=1024,
                    help="size of a new pmem pool, MiB (default %(default)s)")
@@ -84,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     if args.metrics_port and args.metrics_port == args.port:
         raise ValueError(f"--metrics-port {args.metrics_port} is the server's own --port")
     password = args.password if args.password is not None else os.environ.get("NVMW_PASSWORD", "")
+    protected = args.protected_mode == "yes"
     # The stop signals are caught from here on, so that a signal at any moment (while the
     # controller loads, while a large pool is recovered, a second one during the drain)
     # still drains, closes the pool and removes a temporary one.
@@ -97,12 +104,20 @@ def run(args: argparse.Namespace) -> int:
                       max_bulk_bytes=args.max_bulk_bytes, io_threads=args.io_threads,
                       batch_io_threads=args.batch_io_threads, batch_io_idle=args.batch_io_idle,
                       batch_nice=args.batch_nice,
-                      on_window=_print_window if args.log_windows else None)
+                      on_window=_print_window if args.log_windows else None,
+                      # The server's own default is protected; only "no" is passed.
+                      server_factory=None if protected else functools.partial(_core.Server, protected_mode=False))
 
         def started(s: Service) -> None:
             if not password and not _loopback(s.bind):
-                print(f"nvmw serve: warning: listening on {s.bind} without --password: any host that reaches "
-                      f"port {s.port} can read and write the store", file=sys.stderr, flush=True)
+                if protected:
+                    print(f"nvmw serve: listening on {s.bind} without --password, in protected mode: only "
+                          f"clients on loopback are served, others get a -DENIED error (set --password, "
+                          f"or --protected-mode no on a trusted network)", file=sys.stderr, flush=True)
+                else:
+                    print(f"nvmw serve: warning: listening on {s.bind} without --password and with "
+                          f"--protected-mode no: any host that reaches port {s.port} can read and write "
+                          f"the store", file=sys.stderr, flush=True)
             _say(f"nvmw serve: listening on {s.address} (engine {s.engine_name}"
                  f"{' ' + path if path else ''}, device {s.device}, controller {s.controller_name}, "
                  f"window {s.window_s:g} s{', AUTH required' if password else ''})")

@@ -1,6 +1,7 @@
 // The Redis-protocol server end to end over loopback, with a tiny raw-socket client:
 // the commands, pipelining with replies in order, a request run by a worker while the
-// loop serves others, large values, protocol errors and the caps, AUTH, the client
+// loop serves others, large values, protocol errors and the caps, AUTH, protected mode
+// (a client connecting to this host's own address on another interface), the client
 // cap, a slow reader that blocks nobody and is closed once stalled, an MGET that pauses
 // at the output cap, and the graceful Stop that finishes a command in flight.
 #include "nvmw/server.h"
@@ -11,6 +12,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/resource.h>
@@ -50,15 +53,16 @@ std::string Multibulk(const std::vector<std::string>& args) {
 
 std::string Bulk(const std::string& v) { return "$" + std::to_string(v.size()) + "\r\n" + v + "\r\n"; }
 
-// A blocking loopback client that reads whole RESP2/RESP3 replies (raw text), with a timeout.
+// A blocking client (of loopback unless told another IPv4 address) that reads whole
+// RESP2/RESP3 replies (raw text), with a timeout.
 class Client {
  public:
-  explicit Client(int port, bool nodelay = true) {
+  explicit Client(int port, bool nodelay = true, in_addr_t host = htonl(INADDR_LOOPBACK)) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_addr.s_addr = host;
     connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
     int one = 1;
     if (nodelay) ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -653,6 +657,67 @@ TEST_F(ServerTest, AuthWithoutPasswordConfiguredIsAnError) {
   StartAll();
   Client c(port());
   EXPECT_EQ(c.Cmd({"AUTH", "x"}).rfind("-ERR AUTH <password> called without any password configured", 0), 0u);
+}
+
+// An IPv4 address of this machine on an interface other than loopback (0 if none): a
+// client connecting to it from here has it as its peer address.
+in_addr_t HostAddress() {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return 0;
+  in_addr_t found = 0;
+  for (ifaddrs* i = list; i != nullptr && found == 0; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET || (i->ifa_flags & IFF_UP) == 0) continue;
+    const in_addr_t a = reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
+    if ((ntohl(a) >> 24) != 127) found = a;
+  }
+  ::freeifaddrs(list);
+  return found;
+}
+
+TEST_F(ServerTest, ProtectedModeRefusesOtherHostsWithoutAPassword) {
+  const in_addr_t host = HostAddress();
+  ASSERT_NE(host, 0u) << "this host has no IPv4 address besides loopback";
+  ServerOptions o;
+  o.bind = "0.0.0.0";
+  StartAll(o);
+  Client other(port(), true, host);
+  ASSERT_TRUE(other.connected());
+  const std::string denied = other.Reply();
+  EXPECT_EQ(denied.rfind("-DENIED nvmw is running in protected mode", 0), 0u) << denied;
+  EXPECT_NE(denied.find("--protected-mode no"), std::string::npos) << denied;
+  EXPECT_TRUE(other.ClosedByServer());
+  EXPECT_EQ(server_->Stats().rejected_connections, 1u);
+  EXPECT_EQ(server_->Stats().connections_total, 0u);
+  Client local(port());
+  EXPECT_EQ(local.Cmd({"PING"}), "+PONG\r\n");
+  EXPECT_EQ(local.Cmd({"CONFIG", "GET", "protected-mode"}), "*2\r\n$14\r\nprotected-mode\r\n$3\r\nyes\r\n");
+}
+
+TEST_F(ServerTest, APasswordServesOtherHosts) {
+  const in_addr_t host = HostAddress();
+  ASSERT_NE(host, 0u) << "this host has no IPv4 address besides loopback";
+  ServerOptions o;
+  o.bind = "0.0.0.0";
+  o.password = "s3cret";
+  StartAll(o);
+  Client other(port(), true, host);
+  EXPECT_EQ(other.Cmd({"PING"}), "-NOAUTH Authentication required.\r\n");
+  EXPECT_EQ(other.Cmd({"AUTH", "s3cret"}), "+OK\r\n");
+  EXPECT_EQ(other.Cmd({"PING"}), "+PONG\r\n");
+  EXPECT_EQ(server_->Stats().rejected_connections, 0u);
+}
+
+TEST_F(ServerTest, ProtectedModeOffServesOtherHosts) {
+  const in_addr_t host = HostAddress();
+  ASSERT_NE(host, 0u) << "this host has no IPv4 address besides loopback";
+  ServerOptions o;
+  o.bind = "0.0.0.0";
+  o.protected_mode = false;
+  StartAll(o);
+  Client other(port(), true, host);
+  EXPECT_EQ(other.Cmd({"PING"}), "+PONG\r\n");
+  EXPECT_EQ(other.Cmd({"CONFIG", "GET", "protected-mode"}), "*2\r\n$14\r\nprotected-mode\r\n$2\r\nno\r\n");
+  EXPECT_EQ(server_->Stats().rejected_connections, 0u);
 }
 
 TEST_F(ServerTest, ClientCap) {
