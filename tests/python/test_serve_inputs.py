@@ -1,9 +1,10 @@
-"""`nvmw serve`'s life as a process: stop signals at any moment (while it starts, twice,
-SIGHUP), protected mode (clients on other hosts refused without a password), a
-controller that fails inside the server, the metrics endpoint's errors (a scraper that
-resets, an IPv6 bind, a port taken). Each case is a `python -m nvmw serve`
-child: exit status 0 after a stop signal with the temporary pool removed, one clear line
-and never a traceback on stderr."""
+"""`nvmw serve`'s life as a process: stop signals at any moment (from the first moment
+the command's module runs, across its re-execution, while it starts, twice, SIGHUP),
+protected mode (clients on other hosts refused without a password), a controller that
+fails inside the server, the metrics endpoint's errors (a scraper that resets, an IPv6
+bind, a port taken). Each case is a `python -m nvmw serve` child: exit status 0 after a
+stop signal with the temporary pool removed, one clear line and never a traceback on
+stderr."""
 import glob
 import json
 import os
@@ -42,10 +43,12 @@ def free_port(family=socket.AF_INET, host="127.0.0.1") -> int:
 
 
 class Child:
-    """One `nvmw serve` child; stdout and stderr collected line by line."""
+    """One `nvmw serve` child; stdout and stderr collected line by line. `launch`: the
+    Python code run instead of `-m nvmw` (it gets the words after "-c" in sys.argv)."""
 
-    def __init__(self, *args: str, preexec_fn=None):
-        self.proc = subprocess.Popen([sys.executable, "-m", "nvmw", "serve", *args], env=child_env(),
+    def __init__(self, *args: str, preexec_fn=None, launch=None, env=None):
+        head = ["-c", launch] if launch else ["-m", "nvmw"]
+        self.proc = subprocess.Popen([sys.executable, *head, "serve", *args], env=env or child_env(),
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      preexec_fn=preexec_fn)
         self.out: list = []
@@ -146,6 +149,68 @@ def test_a_stop_signal_while_starting_up_exits_cleanly_and_removes_the_temporary
     assert "nvmw serve: stopped before serving" in "".join(child.out)
     assert "listening on" not in "".join(child.out)
     assert not new_temp_pools(before), child.text()
+    assert_no_traceback(child)
+
+
+# The command line as `python -m nvmw` runs it, saying on stderr when the serve module,
+# running, starts importing the first module of nvmw it needs that is not loaded yet (an
+# audit hook sees the import start; cli.main imports the command's module itself without
+# the event): from then on the module is past its first lines. Ctrl-C's handler is set
+# explicitly, as Python sets it: a child of a background job starts with SIGINT ignored,
+# and a signal ignored at start stays ignored.
+EARLY_LAUNCH = """
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+state = {"main": False, "told": False}
+
+def announce(event, args):
+    if event == "import" and state["main"] and not state["told"] and args[0].startswith("nvmw."):
+        state["told"] = True
+        print("IMPORTING", args[0], file=sys.stderr, flush=True)
+
+sys.addaudithook(announce)
+from nvmw import cli
+state["main"] = True
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+EARLY_DELAYS_MS = (0, 20, 50, 100, 200)
+
+
+def signal_early(sig, delay_ms: int, *args: str, env=None) -> Child:
+    """A serve child given `sig` `delay_ms` after its module started importing nvmw;
+    returns it once it has exited."""
+    child = Child(*args, launch=EARLY_LAUNCH, env=env)
+    child.wait_for(r"^IMPORTING nvmw\.", stream="err")
+    time.sleep(delay_ms / 1000)
+    child.proc.send_signal(sig)
+    child.finish()
+    return child
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("delay_ms", EARLY_DELAYS_MS)
+def test_a_stop_signal_in_the_first_moments_of_the_command_exits_cleanly(sig, delay_ms):
+    # While the module imports the core, numpy and the controllers (a few hundred ms), and
+    # at every later moment, a stop signal is caught: status 0, never -15 or 130.
+    child = signal_early(sig, delay_ms, "--port", "0", "--engine", "memory")
+    assert child.proc.returncode == 0, child.text()
+    last = child.out[-1] if child.out else ""
+    assert last.startswith(("nvmw serve: stopped before serving", "nvmw serve: drained and closed")), child.text()
+    assert_no_traceback(child)
+
+
+@pytest.mark.parametrize("delay_ms", EARLY_DELAYS_MS + (400, 800))
+def test_a_stop_signal_across_the_re_execution_exits_cleanly_and_leaves_no_pool(delay_ms):
+    # A temporary pmem pool makes the command execute itself again with
+    # PMEM_IS_PMEM_FORCE=1: a signal before, during or after the exec stops it (the new
+    # process starts with the stop signals blocked, pending) and no pool is left.
+    env = child_env()
+    del env["PMEM_IS_PMEM_FORCE"]
+    child = signal_early(signal.SIGTERM, delay_ms, "--port", "0", "--pool-mb", "8", env=env)
+    assert child.proc.returncode == 0, child.text()
+    pools = [m.group(1) for m in map(re.compile(r"a temporary pool (\S+)").search, child.err) if m]
+    assert all(not os.path.exists(os.path.dirname(p)) for p in pools), child.text()
     assert_no_traceback(child)
 
 

@@ -1,16 +1,86 @@
-"""`nvmw serve`: the middleware as a Redis-protocol network service (nvmw.lab.service)."""
+"""`nvmw serve`: the middleware as a Redis-protocol network service (nvmw.lab.service).
+
+When this process runs `nvmw serve`, the stop signals are caught before this module
+imports anything of nvmw (the core, numpy and the controllers take a few hundred ms to
+import): a signal at any moment after the module starts running drains, or stops the
+command before it serves, with status 0."""
 from __future__ import annotations
 
 import argparse
 import functools
 import ipaddress
 import os
+import signal
 import sys
+import threading
 
-from nvmw import _core
-from nvmw.commands import SUMMARIES
-from nvmw.commands._args import add_store_args, argv_of, controller_help, int_in, pool_path
-from nvmw.lab.service import DEFAULT_CONTROLLER, Service, run_until_signal, stop_signals
+#: The signals that drain the service (as nvmw.lab.service.STOP_SIGNALS).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class _StopSignals:
+    """While installed, SIGTERM, SIGINT and SIGHUP set `event` instead of ending the
+    process; one after the first (a second Ctrl-C during the drain) is ignored, so the
+    drain, the pool's close and the removal of a temporary pool always finish. A signal
+    ignored at install stays ignored (SIGHUP under nohup). Main thread only.
+
+    install() also blocks them: one that comes is held, pending, until deliver(). Installed
+    before any other thread starts, every thread inherits the block, so none can take a
+    signal that an exec would then lose: when the command executes itself again (a
+    temporary pool, _serve), the new process inherits the block and the signals pending.
+
+    nvmw.lab.service.stop_signals catches the same signals, but importing it takes the
+    time this has to cover, hence this class on the standard library alone."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._old: dict = {}
+        self._held = False
+
+    def install(self) -> "_StopSignals":
+        for sig in STOP_SIGNALS:
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                self._old[sig] = signal.signal(sig, self._handler)
+        signal.pthread_sigmask(signal.SIG_BLOCK, list(self._old))
+        self._held = True
+        return self
+
+    def pending(self) -> bool:
+        """Whether a stop signal has come (held or handled)."""
+        return self.event.is_set() or bool(signal.sigpending() & set(self._old))
+
+    def deliver(self) -> None:
+        """Unblocks the signals: those held reach the handler now, later ones at once.
+        A signal blocked by this process's parent (this command before it executed
+        itself again) is unblocked too."""
+        if self._held:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, list(self._old))
+            self._held = False
+
+    def _handler(self, _signum, _frame) -> None:
+        self.event.set()
+
+    def restore(self) -> None:
+        self.deliver()
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+        self._old.clear()
+
+
+# Installed here, before the imports below start any thread, when this process runs
+# `nvmw serve` (the `nvmw` script or `python -m nvmw` with serve as the command): the
+# module is also imported where it only registers its options (every command's parser
+# is built), and there the signals must keep their usual effect. Otherwise run()
+# installs them.
+_early_stop = (_StopSignals().install()
+               if sys.argv[1:2] == ["serve"] and threading.current_thread() is threading.main_thread()
+               else None)
+
+from nvmw import _core  # noqa: E402
+from nvmw.commands import SUMMARIES  # noqa: E402
+from nvmw.commands._args import add_store_args, argv_of, controller_help, int_in, pool_path  # noqa: E402
+from nvmw.commands._util import ensure_pmem_force  # noqa: E402
+from nvmw.lab.service import DEFAULT_CONTROLLER, Service, run_until_signal  # noqa: E402
 
 _MIB = 1 << 20
 
@@ -87,14 +157,33 @@ def _print_window(row: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    global _early_stop
+    signals = _early_stop or _StopSignals().install()
+    _early_stop = None
+    try:
+        return _serve(args, signals)
+    finally:
+        signals.restore()
+
+
+def _serve(args: argparse.Namespace, signals: _StopSignals) -> int:
+    """The command. The stop signals are held (blocked) until the command is past its
+    re-execution, then set `signals.event`."""
+    stop = signals.event
     if args.metrics_port and args.metrics_port == args.port:
         raise ValueError(f"--metrics-port {args.metrics_port} is the server's own --port")
     password = args.password if args.password is not None else os.environ.get("NVMW_PASSWORD", "")
     protected = args.protected_mode == "yes"
-    # The stop signals are caught from here on, so that a signal at any moment (while the
-    # controller loads, while a large pool is recovered, a second one during the drain)
-    # still drains, closes the pool and removes a temporary one.
-    with stop_signals() as stop, pool_path(args.engine, args.path, argv_of(args), "nvmw-serve-") as path:
+    if args.engine == "pmem" and args.path is None and not signals.pending():
+        # A temporary pool lives on tmpfs, which wants PMEM_IS_PMEM_FORCE=1: without it
+        # the command executes itself again with it set, the stop signals still blocked
+        # (a signal that comes meanwhile is pending in the new process).
+        ensure_pmem_force(argv_of(args))
+    signals.deliver()
+    if stop.is_set():
+        _say("nvmw serve: stopped before serving")
+        return 0
+    with pool_path(args.engine, args.path, argv_of(args), "nvmw-serve-") as path:
         if args.engine == "pmem" and args.path is None:
             print(f"nvmw serve: no --path: a temporary pool {path}, removed at exit", file=sys.stderr)
         svc = Service(engine=args.engine, path=path, device=args.device, window_s=args.window,
