@@ -1,10 +1,10 @@
 """`nvmw serve`'s life as a process: stop signals at any moment (from the first moment
 the command's module runs, across its re-execution, while it starts, twice, SIGHUP),
 protected mode (clients on other hosts refused without a password), a controller that
-fails inside the server, the metrics endpoint's errors (a scraper that resets, an IPv6
-bind, a port taken). Each case is a `python -m nvmw serve` child: exit status 0 after a
-stop signal with the temporary pool removed, one clear line and never a traceback on
-stderr."""
+fails inside the server or has no shipped file for the device, the metrics endpoint's
+errors (a scraper that resets, an IPv6 bind, a port taken). Each case is a `python -m
+nvmw serve` child: exit status 0 after a stop signal with the temporary pool removed, one
+clear line and never a traceback on stderr."""
 import glob
 import json
 import os
@@ -436,3 +436,22 @@ def test_a_password_or_protected_mode_no_serves_other_hosts():
     assert "".join(child.err) == (f"nvmw serve: warning: listening on 0.0.0.0 without --password and with "
                                   f"--protected-mode no: any host that reaches port {port} can read and write "
                                   f"the store\n"), child.text()
+
+
+# --- controllers that need a file shipped for the device ---------------------------------
+
+
+@pytest.mark.parametrize("controller", ["q-learning", "q-learning-online", "oracle"])
+def test_a_controller_without_a_file_for_the_device_names_the_devices_that_have_one(controller):
+    child = Child("--port", "0", "--engine", "memory", "--device", "none", "--controller", controller)
+    assert child.finish() == 1, child.text()
+    err = "".join(child.err)
+    assert err.startswith(f"nvmw serve: error: --controller {controller} ") and err.count("\n") == 1, err
+    assert "none is shipped for --device none: use --device optane-1dimm" in err, err
+    if controller.startswith("q-learning"):
+        assert f"or --controller {controller}:FILE with an agent trained by `nvmw train`" in err, err
+    assert "--agent" not in err and "--oracle" not in err, err  # options serve does not have
+    # The --device named works.
+    child = Child("--port", "0", "--engine", "memory", "--device", "optane-1dimm", "--controller", controller)
+    child.wait_for(r"listening on")
+    assert child.signal(signal.SIGTERM) == 0, child.text()

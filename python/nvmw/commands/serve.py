@@ -80,6 +80,8 @@ from nvmw import _core  # noqa: E402
 from nvmw.commands import SUMMARIES  # noqa: E402
 from nvmw.commands._args import add_store_args, argv_of, controller_help, int_in, pool_path  # noqa: E402
 from nvmw.commands._util import ensure_pmem_force  # noqa: E402
+from nvmw.devices import list_profiles  # noqa: E402
+from nvmw.lab.runs import shipped_agent_path, shipped_oracle_path  # noqa: E402
 from nvmw.lab.service import DEFAULT_CONTROLLER, Service, run_until_signal  # noqa: E402
 
 _MIB = 1 << 20
@@ -172,6 +174,7 @@ def _serve(args: argparse.Namespace, signals: _StopSignals) -> int:
     stop = signals.event
     if args.metrics_port and args.metrics_port == args.port:
         raise ValueError(f"--metrics-port {args.metrics_port} is the server's own --port")
+    _check_shipped_file(args.controller, args.device)
     password = args.password if args.password is not None else os.environ.get("NVMW_PASSWORD", "")
     protected = args.protected_mode == "yes"
     if args.engine == "pmem" and args.path is None and not signals.pending():
@@ -221,6 +224,25 @@ def _serve(args: argparse.Namespace, signals: _StopSignals) -> int:
                  f"{final.get('connections_total', 0)} connections"
                  f"{'; the controller had failed, limits kept' if svc.controller_failed else ''})")
     return 0
+
+
+def _check_shipped_file(controller: str, device: str) -> None:
+    """q-learning and oracle without a file of their own load the one shipped for the
+    device: without one for --device, the error names the --device values that have one
+    (the controller's own message names options of other commands)."""
+    kind, _, arg = str(controller).partition(":")
+    if kind in ("q-learning", "q-learning-online") and not arg:
+        shipped, uses = shipped_agent_path, "acts with the agent shipped for the device"
+        other = f"--controller {kind}:FILE with an agent trained by `nvmw train`"
+    elif kind == "oracle":
+        shipped, uses, other = shipped_oracle_path, "looks its limits up in the table shipped for the device", ""
+    else:
+        return
+    if os.path.exists(shipped(device)):
+        return
+    fixes = [f"--device {d}" for d in list_profiles() if os.path.exists(shipped(d))] + ([other] if other else [])
+    raise ValueError(f"--controller {controller} {uses}, and none is shipped for --device {device}: "
+                     f"use {' or '.join(fixes) if fixes else 'another controller'}")
 
 
 def _loopback(bind: str) -> bool:
