@@ -103,6 +103,20 @@ class Child:
         return "".join(self.out) + "".join(self.err)
 
 
+@pytest.fixture
+def spawn():
+    """Child(...), killed at the end of the test whatever happened (a failed assertion
+    leaves no server running)."""
+    made = []
+
+    def make(*args, **kwargs) -> Child:
+        made.append(child := Child(*args, **kwargs))
+        return child
+    yield make
+    for child in made:
+        child.kill()
+
+
 def new_temp_pools(before: set) -> set:
     return set(glob.glob("/dev/shm/nvmw-serve-*")) - before
 
@@ -396,12 +410,12 @@ def note_of(child: Child, bind: str) -> str:
 
 
 @pytest.mark.parametrize("bind", ["0.0.0.0", "::"])
-def test_protected_mode_refuses_other_hosts_and_serves_loopback(bind):
+def test_protected_mode_refuses_other_hosts_and_serves_loopback(bind, spawn):
     # As Redis 7 with protected-mode yes and no password: a client whose address is not
     # loopback gets one -DENIED line saying how to open the server, and is closed.
     # Bound to "::", IPv4 clients have mapped addresses (::ffff:127.0.0.1 is loopback).
     host = host_address()
-    child = Child("--port", "0", "--engine", "memory", "--bind", bind)
+    child = spawn("--port", "0", "--engine", "memory", "--bind", bind)
     port = int(child.wait_for(r"listening on \S+:(\d+)").group(1))
     denied = read_until_closed(host, port)
     assert denied.startswith(b"-DENIED nvmw is running in protected mode") and denied.endswith(b"\r\n"), denied
@@ -420,16 +434,16 @@ def test_protected_mode_refuses_other_hosts_and_serves_loopback(bind):
     assert_no_traceback(child)
 
 
-def test_a_password_or_protected_mode_no_serves_other_hosts():
+def test_a_password_or_protected_mode_no_serves_other_hosts(spawn):
     host = host_address()
-    child = Child("--port", "0", "--engine", "memory", "--bind", "0.0.0.0", "--password", "secret")
+    child = spawn("--port", "0", "--engine", "memory", "--bind", "0.0.0.0", "--password", "secret")
     port = int(child.wait_for(r"listening on \S+:(\d+)").group(1))
     assert command(host, port, b"PING", b"AUTH secret", b"PING") == [
         b"-NOAUTH Authentication required.\r\n", b"+OK\r\n", b"+PONG\r\n"]
     assert child.signal(signal.SIGTERM) == 0, child.text()
     assert "".join(child.err) == "", child.text()  # a password: nothing to say
 
-    child = Child("--port", "0", "--engine", "memory", "--bind", "0.0.0.0", "--protected-mode", "no")
+    child = spawn("--port", "0", "--engine", "memory", "--bind", "0.0.0.0", "--protected-mode", "no")
     port = int(child.wait_for(r"listening on \S+:(\d+)").group(1))
     assert command(host, port, b"SET k v", b"GET k") == [b"+OK\r\n", b"$1\r\n"]
     assert child.signal(signal.SIGTERM) == 0, child.text()
@@ -442,8 +456,8 @@ def test_a_password_or_protected_mode_no_serves_other_hosts():
 
 
 @pytest.mark.parametrize("controller", ["q-learning", "q-learning-online", "oracle"])
-def test_a_controller_without_a_file_for_the_device_names_the_devices_that_have_one(controller):
-    child = Child("--port", "0", "--engine", "memory", "--device", "none", "--controller", controller)
+def test_a_controller_without_a_file_for_the_device_names_the_devices_that_have_one(controller, spawn):
+    child = spawn("--port", "0", "--engine", "memory", "--device", "none", "--controller", controller)
     assert child.finish() == 1, child.text()
     err = "".join(child.err)
     assert err.startswith(f"nvmw serve: error: --controller {controller} ") and err.count("\n") == 1, err
@@ -452,6 +466,6 @@ def test_a_controller_without_a_file_for_the_device_names_the_devices_that_have_
         assert f"or --controller {controller}:FILE with an agent trained by `nvmw train`" in err, err
     assert "--agent" not in err and "--oracle" not in err, err  # options serve does not have
     # The --device named works.
-    child = Child("--port", "0", "--engine", "memory", "--device", "optane-1dimm", "--controller", controller)
+    child = spawn("--port", "0", "--engine", "memory", "--device", "optane-1dimm", "--controller", controller)
     child.wait_for(r"listening on")
     assert child.signal(signal.SIGTERM) == 0, child.text()
