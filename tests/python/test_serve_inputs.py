@@ -455,7 +455,18 @@ def test_a_password_or_protected_mode_no_serves_other_hosts(spawn):
 # --- controllers that need a file shipped for the device ---------------------------------
 
 
-@pytest.mark.parametrize("controller", ["q-learning", "q-learning-online", "oracle"])
+@pytest.mark.parametrize("controller", ["oracle", "oracle:/nonexistent.json"])
+def test_the_oracle_is_refused_as_a_server_has_no_phase(controller, spawn):
+    # It used to serve holding its table's default, I15/B15, under the oracle's name.
+    child = spawn("--port", "0", "--engine", "memory", "--device", "optane-1dimm", "--controller", controller)
+    assert child.finish() == 1, child.text()
+    err = "".join(child.err)
+    assert err == (f"nvmw serve: error: --controller {controller} looks its limits up by the phase of the "
+                   "workload, which a server is not told; use fixed:I,B with the limits of the phase you "
+                   "expect, or q-learning, which acts on what it measures\n"), err
+
+
+@pytest.mark.parametrize("controller", ["q-learning", "q-learning-online"])
 def test_a_controller_without_a_file_for_the_device_names_the_devices_that_have_one(controller, spawn):
     child = spawn("--port", "0", "--engine", "memory", "--device", "none", "--controller", controller)
     assert child.finish() == 1, child.text()

@@ -107,8 +107,8 @@ def runner_from_args(args, env: ControlEnv) -> EpisodeRunner:
                          ray_address=args.ray_address)
 
 
-def controller_help(default: str) -> str:
-    return f"{' | '.join(CONTROLLER_NAMES)} (default {default})"
+def controller_help(default: str, *, leave_out: tuple = ()) -> str:
+    return f"{' | '.join(n for n in CONTROLLER_NAMES if n not in leave_out)} (default {default})"
 
 
 @contextlib.contextmanager

@@ -81,7 +81,7 @@ from nvmw.commands import SUMMARIES  # noqa: E402
 from nvmw.commands._args import add_store_args, argv_of, controller_help, int_in, pool_path  # noqa: E402
 from nvmw.commands._util import ensure_pmem_force  # noqa: E402
 from nvmw.devices import list_profiles  # noqa: E402
-from nvmw.lab.runs import shipped_agent_path, shipped_oracle_path  # noqa: E402
+from nvmw.lab.runs import shipped_agent_path  # noqa: E402
 from nvmw.lab.service import DEFAULT_CONTROLLER, Service, run_until_signal  # noqa: E402
 
 _MIB = 1 << 20
@@ -112,7 +112,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_store_args(p, engine_default="pmem")
     p.add_argument("--pool-mb", type=int_in(8, 1 << 24), default=1024,
                    help="size of a new pmem pool, MiB (default %(default)s)")
-    p.add_argument("--controller", default=DEFAULT_CONTROLLER, help=controller_help("%(default)s"))
+    p.add_argument("--controller", default=DEFAULT_CONTROLLER, help=controller_help("%(default)s", leave_out=("oracle",)))
     p.add_argument("--sla", default=None, help="SLA spec judging each window: a TOML path or a shipped "
                    "name (default: the calibrated spec for --device, the thesis's for none)")
     p.add_argument("--metrics-port", type=_port, default=0,
@@ -227,15 +227,19 @@ def _serve(args: argparse.Namespace, signals: _StopSignals) -> int:
 
 
 def _check_shipped_file(controller: str, device: str) -> None:
-    """q-learning and oracle without a file of their own load the one shipped for the
-    device: without one for --device, the error names the --device values that have one
-    (the controller's own message names options of other commands)."""
+    """q-learning without a file of its own loads the agent shipped for the device:
+    without one for --device, the error names the --device values that have one (the
+    controller's own message names options of other commands). The oracle is refused:
+    it looks each window's limits up by the workload's phase, which a service is never
+    told, so it would only ever hold its table's default (the thesis's 15/15)."""
     kind, _, arg = str(controller).partition(":")
+    if kind == "oracle":
+        raise ValueError(f"--controller {controller} looks its limits up by the phase of the workload, "
+                         "which a server is not told; use fixed:I,B with the limits of the phase you "
+                         "expect, or q-learning, which acts on what it measures")
     if kind in ("q-learning", "q-learning-online") and not arg:
         shipped, uses = shipped_agent_path, "acts with the agent shipped for the device"
         other = f"--controller {kind}:FILE with an agent trained by `nvmw train`"
-    elif kind == "oracle":
-        shipped, uses, other = shipped_oracle_path, "looks its limits up in the table shipped for the device", ""
     else:
         return
     if os.path.exists(shipped(device)):
