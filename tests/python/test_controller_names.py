@@ -95,3 +95,13 @@ def test_q_learning_takes_an_agent_file_and_names_itself_after_it(tmp_path):
         == "q-learning"
     with pytest.raises(FileNotFoundError, match="nvmw train"):
         make_controller(f"q-learning:{tmp_path / 'missing.joblib'}")
+
+
+def test_a_missing_shipped_file_names_a_fix_every_command_has():
+    # Said "pass --agent" / "pass --oracle", options only `nvmw evaluate` has.
+    with pytest.raises(FileNotFoundError) as e:
+        make_controller("q-learning", ControllerContext(device="none"))
+    assert "name it as q-learning:FILE" in str(e.value) and "pass --agent" not in str(e.value)
+    with pytest.raises(FileNotFoundError) as e:
+        make_controller("oracle", ControllerContext(device="none"))
+    assert "nvmw calibrate" in str(e.value) and "pass --oracle" not in str(e.value)

@@ -119,14 +119,16 @@ def _oracle(arg: str, ctx: ControllerContext) -> Controller:
     _no_argument("oracle", arg)
     path = ctx.oracle_path or shipped_oracle_path(ctx.device)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"no oracle table at {path}: run `nvmw calibrate` and pass --oracle")
+        raise FileNotFoundError(f"no oracle table at {path}: make one with `nvmw calibrate` "
+                                "(`nvmw evaluate` takes it as --oracle FILE)")
     return OracleFixed.from_json(path)
 
 
 def _q_learning(arg: str, ctx: ControllerContext) -> Controller:
     path = arg or ctx.agent_path or shipped_agent_path(ctx.device)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"no trained agent at {path}: run `nvmw train` and pass --agent")
+        raise FileNotFoundError(f"no trained agent at {path}: train one with `nvmw train` and name it as "
+                                "q-learning:FILE (`nvmw evaluate` also takes --agent FILE)")
     kind = "q-learning-online" if ctx.online else "q-learning"
     name = f"{kind}:{os.path.basename(path).removesuffix('.joblib')}" if arg else None
     # Acting greedily needs only the policy file saved beside the agent; the agent itself
