@@ -4,6 +4,7 @@
 
 #include <nanobind/nanobind.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <typeinfo>
@@ -63,6 +64,16 @@ bool ShouldReleaseGil();
 // The middleware of h, shared, for use across a GIL release; raises
 // nvmw.errors.ShutdownError (`what` prefixes the message) once h is closed or stopped.
 std::shared_ptr<Middleware> AcquireMiddleware(PyMiddleware& h, const char* what);
+
+// Runs fn on a detached thread that the exit hook waits for (it may hold the last
+// reference to a middleware, or join client threads). False if the operating system
+// refuses the thread.
+bool RunDetached(std::function<void()> fn);
+
+// Raises NotSupportedError (`what` prefixes the message) when this thread is running a
+// completion callback of mw: a call of a generator or a replay driving mw that waits
+// for its client threads could wait for the permit that this very thread holds.
+void RefuseInsideCompletion(const Middleware& mw, const char* what);
 
 // Raises InvalidArgumentError naming `what` when path holds a NUL character: the
 // operating system would see only the part before it, a different file.

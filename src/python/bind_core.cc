@@ -111,23 +111,6 @@ void StopReleasingGil(Middleware& mw) {
 // Threads started by RunDetached that have not finished (the exit hook waits).
 std::atomic<int> g_background_stops{0};
 
-// Runs fn on a detached thread, counted in g_background_stops. False if the operating
-// system refuses the thread.
-bool RunDetached(std::function<void()> fn) {
-  g_background_stops.fetch_add(1, std::memory_order_acq_rel);
-  try {
-    std::thread([fn = std::move(fn)]() mutable {
-      fn();
-      fn = nullptr;  // what it holds (a middleware's last reference) goes before the count
-      g_background_stops.fetch_sub(1, std::memory_order_acq_rel);
-    }).detach();
-    return true;
-  } catch (const std::system_error&) {
-    g_background_stops.fetch_sub(1, std::memory_order_acq_rel);
-    return false;
-  }
-}
-
 // The middleware and the engine it runs on, freed together with the last holder.
 struct MiddlewareBox {
   MiddlewareBox(std::shared_ptr<PyEngine> e, const MiddlewareOptions& o)
@@ -249,6 +232,29 @@ CallWithoutGil::~CallWithoutGil() {
 std::shared_ptr<Middleware> AcquireMiddleware(PyMiddleware& h, const char* what) {
   if (!h.mw) ThrowIfError(Status::Shutdown(std::string(what) + ": middleware is closed"));
   return h.mw;
+}
+
+bool RunDetached(std::function<void()> fn) {
+  g_background_stops.fetch_add(1, std::memory_order_acq_rel);
+  try {
+    std::thread([fn = std::move(fn)]() mutable {
+      fn();
+      fn = nullptr;  // what it holds (a middleware's last reference) goes before the count
+      g_background_stops.fetch_sub(1, std::memory_order_acq_rel);
+    }).detach();
+    return true;
+  } catch (const std::system_error&) {
+    g_background_stops.fetch_sub(1, std::memory_order_acq_rel);
+    return false;
+  }
+}
+
+void RefuseInsideCompletion(const Middleware& mw, const char* what) {
+  if (!mw.InCompletion()) return;
+  ThrowIfError(Status::NotSupported(
+      std::string(what) + ": called from a completion callback of the middleware it drives, "
+      "it would wait for client threads that may wait for the permit of the thread running "
+      "the callback"));
 }
 
 std::string OptionName(const char* what, nb::handle key) {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <memory>
 #include <string>
@@ -206,28 +207,55 @@ using RecordTuple = std::tuple<int64_t, std::string, std::string, uint64_t>;
 
 // Freed by Python with the GIL held. The clients are joined with it released: a client
 // waiting for a permit may be waiting for an async request whose completion needs it.
-struct PyReplay : Replay {
-  using Replay::Replay;
+// Freed inside a completion callback of the middleware it was started on (the callback
+// dropped the last reference), a client may be waiting for the permit that the
+// callback's thread holds until the callback returns: the clients are told to stop,
+// and joined and freed on a thread of their own.
+struct PyReplay {
+  PyReplay(const Trace& trace, const ReplayOptions& o) : replay(std::make_unique<Replay>(trace, o)) {}
   ~PyReplay() {
-    Stop();
+    replay->Stop();
+    if (std::shared_ptr<Middleware> mw = started_on.lock(); mw && mw->InCompletion()) {
+      Replay* r = replay.release();
+      if (!RunDetached([r] { delete r; })) {  // ~Replay joins the clients
+        std::fprintf(stderr, "nvmw: cannot start a thread to free a replay; leaking it\n");
+      }
+      return;
+    }
     ReplayResult ignored;
     if (ShouldReleaseGil()) {
       nb::gil_scoped_release release;
-      (void)Join(&ignored);
+      (void)replay->Join(&ignored);
     } else {
-      (void)Join(&ignored);
+      (void)replay->Join(&ignored);
     }
   }
+
+  std::unique_ptr<Replay> replay;
+  std::weak_ptr<Middleware> started_on;  // the middleware of the last start()
 };
 
+// A call that waits for the clients or the preload (start, join, run) would, inside one
+// of the middleware's completion callbacks, wait for client threads that may wait for
+// the permit of the thread running it.
+void RefuseInsideCompletionOf(const PyReplay& r, const char* what) {
+  if (std::shared_ptr<Middleware> mw = r.started_on.lock()) RefuseInsideCompletion(*mw, what);
+}
+
 // Start (preload included) on a helper thread; Ctrl-C stops the preload or the clients.
-void StartInterruptibly(PyReplay& r, std::shared_ptr<Middleware> mw) {
+void StartInterruptibly(PyReplay& pr, std::shared_ptr<Middleware> mw) {
+  RefuseInsideCompletion(*mw, "replay: start");
+  RefuseInsideCompletionOf(pr, "replay: start");  // clients of the last run may still run
+  pr.started_on = mw;
+  Replay& r = *pr.replay;
   Status s = RunInterruptibly([&] { return r.Start(mw); }, [&] { r.Stop(); });
   ThrowIfError(s);
 }
 
 // Waits for the clients in slices; Ctrl-C stops them, joins them and raises.
-nb::dict JoinInterruptibly(PyReplay& r) {
+nb::dict JoinInterruptibly(PyReplay& pr) {
+  RefuseInsideCompletionOf(pr, "replay: join");
+  Replay& r = *pr.replay;
   ReplayResult res;
   Status s;
   WaitInterruptibly([&] { return PollFor([&] { return !r.running(); }); },
@@ -391,7 +419,9 @@ void BindTrace(nb::module_& m) {
       nb::arg("options") = nb::dict(), "Wukong-SVD-like trace (dict of SvdSynthOptions fields).");
 
   nb::class_<PyReplay>(m, "Replay",
-                     "Open-loop trace replay through a Middleware (latency from the scheduled time).")
+                     "Open-loop trace replay through a Middleware (latency from the scheduled time).\n"
+                     "In a completion callback of that middleware, start, join and run raise\n"
+                     "NotSupportedError (they wait for the clients); stop() and the counters work.")
       .def(
           "__init__",
           [](PyReplay* self, const Trace& trace, const nb::dict& options) {
@@ -404,7 +434,7 @@ void BindTrace(nb::module_& m) {
           nb::arg("middleware"),
           "Preload (first time) and start the clients in the background. Ctrl-C during the\n"
           "preload stops it and raises KeyboardInterrupt.")
-      .def("stop", [](PyReplay& r) { r.Stop(); }, "Ask the clients to stop issuing (non-blocking).")
+      .def("stop", [](PyReplay& r) { r.replay->Stop(); }, "Ask the clients to stop issuing (non-blocking).")
       .def(
           "join",
           [](PyReplay& r) { return JoinInterruptibly(r); },
@@ -417,11 +447,11 @@ void BindTrace(nb::module_& m) {
             return JoinInterruptibly(r);
           },
           nb::arg("middleware"), "Start + join (Ctrl-C as for start and join).")
-      .def_prop_ro("running", [](const PyReplay& r) { return r.running(); })
-      .def_prop_ro("issued", [](const PyReplay& r) { return r.issued(); })
-      .def_prop_ro("completed", [](const PyReplay& r) { return r.completed(); })
-      .def_prop_ro("offered_ops_per_s", [](const PyReplay& r) { return r.OfferedOpsPerSecond(); })
-      .def("__len__", [](const PyReplay& r) { return r.trace().records.size(); });
+      .def_prop_ro("running", [](const PyReplay& r) { return r.replay->running(); })
+      .def_prop_ro("issued", [](const PyReplay& r) { return r.replay->issued(); })
+      .def_prop_ro("completed", [](const PyReplay& r) { return r.replay->completed(); })
+      .def_prop_ro("offered_ops_per_s", [](const PyReplay& r) { return r.replay->OfferedOpsPerSecond(); })
+      .def("__len__", [](const PyReplay& r) { return r.replay->trace().records.size(); });
 }
 
 }  // namespace nvmw::py

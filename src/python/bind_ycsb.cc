@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -100,18 +101,41 @@ std::shared_ptr<Middleware> RunningMiddleware(PyMiddleware& h) {
 
 // Freed by Python with the GIL held. The clients are joined with it released: a client
 // waiting for a permit may be waiting for an async request whose completion needs it.
-struct PyYcsbGenerator : YcsbGenerator {
-  using YcsbGenerator::YcsbGenerator;
+// Freed inside a completion callback of its middleware (the callback dropped the last
+// reference), a client may be waiting for the permit that the callback's thread holds
+// until the callback returns: the clients are told to stop, and joined and freed on a
+// thread of their own.
+struct PyYcsbGenerator {
+  PyYcsbGenerator(const YcsbOptions& o, std::shared_ptr<Middleware> m)
+      : mw(m.get()), gen(std::make_unique<YcsbGenerator>(o, std::move(m))) {}
   ~PyYcsbGenerator() {
-    Stop();
+    gen->Stop();
+    if (mw->InCompletion()) {
+      YcsbGenerator* g = gen.release();
+      if (!RunDetached([g] { delete g; })) {  // ~YcsbGenerator joins the clients
+        std::fprintf(stderr, "nvmw: cannot start a thread to free a YCSB generator; leaking it\n");
+      }
+      return;
+    }
     if (ShouldReleaseGil()) {
       nb::gil_scoped_release release;
-      (void)Join();
+      (void)gen->Join();
     } else {
-      (void)Join();
+      (void)gen->Join();
     }
   }
+
+  const Middleware* mw;  // identity only; kept alive by the generator, which shares it
+  std::unique_ptr<YcsbGenerator> gen;
 };
+
+// A call that waits for the clients (load, start, join, run, results) would, inside
+// one of the middleware's completion callbacks, wait for clients that may wait for
+// the permit of the thread running it.
+YcsbGenerator& Waitable(PyYcsbGenerator& g, const char* what) {
+  RefuseInsideCompletion(*g.mw, what);
+  return *g.gen;
+}
 
 // Waits for the clients in slices; Ctrl-C stops them (each finishes its request),
 // joins them and raises KeyboardInterrupt.
@@ -147,7 +171,9 @@ nb::dict JoinedResults(YcsbGenerator& g) {
 void BindYcsb(nb::module_& m) {
   nb::class_<PyYcsbGenerator>(m, "YcsbGenerator",
                             "YCSB-style closed-loop generator driving a Middleware. Options: a "
-                            "dict of YcsbOptions fields (see nvmw.lab.ycsb.YcsbConfig).")
+                            "dict of YcsbOptions fields (see nvmw.workloads.ycsb.YcsbConfig). In a "
+                            "completion callback of that middleware only stop() and running are "
+                            "allowed (the other calls wait for the clients: NotSupportedError).")
       .def(
           "__init__",
           [](PyYcsbGenerator* self, PyMiddleware& h, const nb::dict& options) {
@@ -157,7 +183,8 @@ void BindYcsb(nb::module_& m) {
           nb::arg("middleware"), nb::arg("options"))
       .def(
           "load",
-          [](PyYcsbGenerator& g) {
+          [](PyYcsbGenerator& pg) {
+            YcsbGenerator& g = Waitable(pg, "ycsb: load");
             Status s = RunInterruptibly([&] { return g.Load(); }, [&] { g.Stop(); });
             ThrowIfError(s);
             // The load's own figures. Another thread may have started the run since; then
@@ -177,7 +204,8 @@ void BindYcsb(nb::module_& m) {
           "Ctrl-C stops the loaders and raises KeyboardInterrupt.")
       .def(
           "start",
-          [](PyYcsbGenerator& g) {
+          [](PyYcsbGenerator& pg) {
+            YcsbGenerator& g = Waitable(pg, "ycsb: start");
             Status s;
             {
               CallWithoutGil release;
@@ -186,10 +214,11 @@ void BindYcsb(nb::module_& m) {
             ThrowIfError(s);
           },
           "Start the client threads in the background.")
-      .def("stop", [](PyYcsbGenerator& g) { g.Stop(); }, "Ask the clients to finish (non-blocking).")
+      .def("stop", [](PyYcsbGenerator& g) { g.gen->Stop(); }, "Ask the clients to finish (non-blocking).")
       .def(
           "join",
-          [](PyYcsbGenerator& g) {
+          [](PyYcsbGenerator& pg) {
+            YcsbGenerator& g = Waitable(pg, "ycsb: join");
             JoinInterruptibly(g);
             return JoinedResults(g);
           },
@@ -197,7 +226,8 @@ void BindYcsb(nb::module_& m) {
           "raises KeyboardInterrupt (results() then holds what they did).")
       .def(
           "run",
-          [](PyYcsbGenerator& g) {
+          [](PyYcsbGenerator& pg) {
+            YcsbGenerator& g = Waitable(pg, "ycsb: run");
             Status s;
             {
               CallWithoutGil release;
@@ -208,8 +238,9 @@ void BindYcsb(nb::module_& m) {
             return JoinedResults(g);
           },
           "Start + join; returns the results dict (Ctrl-C as for join).")
-      .def("results", [](PyYcsbGenerator& g) { return JoinedResults(g); }, "Results of a joined run (or of the load phase only).")
-      .def_prop_ro("running", [](PyYcsbGenerator& g) { return g.running(); });
+      .def("results", [](PyYcsbGenerator& g) { return JoinedResults(Waitable(g, "ycsb: results")); },
+           "Results of a joined run (or of the load phase only).")
+      .def_prop_ro("running", [](PyYcsbGenerator& g) { return g.gen->running(); });
 
   m.def(
       "ycsb_capacity",

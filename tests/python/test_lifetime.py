@@ -549,3 +549,86 @@ def test_no_control_callback_never_waits_for_its_middleware():
     """)
     assert child.returncode == 0, child.stderr
     assert "ok" in child.stdout
+
+
+# A generator or replay whose interactive clients keep the class (limit 1) busy: they
+# queue for the permit that a callback's worker holds while the callback runs.
+_DRIVER = """
+    import threading
+    import nvmw
+    from nvmw import _core, errors
+    from nvmw.workloads import traces
+    from nvmw.workloads.ycsb import YcsbConfig
+
+    KIND = {driver!r}
+    core = _core.Middleware(_core.new_memory_engine(), 1, 1)
+    core.put(b"a", b"v", 0)
+    if KIND == "ycsb":
+        driver = _core.YcsbGenerator(core, YcsbConfig(
+            record_count=20, operation_count=0, duration_s=600.0, threads=8,
+            read_proportion=1.0, update_proportion=0.0).to_options())
+        driver.load()
+        driver.start()
+    else:
+        driver = _core.Replay(traces.synth("azure", rows=500, seed=1),
+                              traces.replay_options(threads=8, loop=True, duration_s=600.0,
+                                                    accel=1e6))
+        driver.start(core)
+    while KIND == "replay" and driver.completed == 0:  # the clients have begun
+        pass
+    done = threading.Event()
+"""
+
+
+@pytest.mark.parametrize("driver", ["ycsb", "replay"])
+def test_running_generator_or_replay_freed_inside_its_callback(driver):
+    # The callback dropped the last reference to a running generator (replay) of its
+    # middleware: freeing it stopped and joined the clients on the callback's worker,
+    # and a client waiting for the permit that worker held never ended.
+    child = _run_callback_child(_DRIVER.format(driver=driver) + """
+    holder = [driver]
+    del driver
+
+    def callback(error, value):
+        holder.clear()  # the last reference
+        done.set()
+
+    core.submit(0, b"a", b"", 0, callback)
+    assert done.wait(60)
+    core.stop()  # the clients were told to stop: nothing is left to drain for
+    print("ok", flush=True)
+    """)
+    assert child.returncode == 0, child.stderr
+    assert "ok" in child.stdout
+    assert "leaking" not in child.stderr
+
+
+@pytest.mark.parametrize("driver", ["ycsb", "replay"])
+def test_generator_or_replay_waits_are_refused_inside_its_callback(driver):
+    # join() (or run, start, load, results) from a callback of the middleware waited for
+    # clients that waited for the permit of the callback's worker. stop() is allowed.
+    calls = ("join", "run", "start", "load", "results") if driver == "ycsb" else ("join", "run", "start")
+    child = _run_callback_child(_DRIVER.format(driver=driver) + f"""
+    CALLS = {calls!r}
+    refused = []
+
+    def callback(error, value):
+        driver.stop()
+        for name in CALLS:
+            call = getattr(driver, name)
+            try:
+                call(core) if KIND == "replay" and name != "join" else call()
+            except errors.NotSupportedError:
+                refused.append(name)
+        done.set()
+
+    core.submit(0, b"a", b"", 0, callback)
+    assert done.wait(60)
+    assert tuple(refused) == CALLS, refused
+    result = driver.join()  # from this thread: the clients have stopped
+    assert result["all"]["ops"] > 0
+    core.stop()
+    print("ok", flush=True)
+    """)
+    assert child.returncode == 0, child.stderr
+    assert "ok" in child.stdout
