@@ -28,7 +28,7 @@ enum class RequestClass : uint8_t {
 struct ClassStats {
   uint64_t ops = 0;              // requests completed in the window
   uint64_t errors = 0;           // completed with a non-OK, non-NotFound status
-  uint64_t rejected = 0;         // refused with Overloaded (queue full)
+  uint64_t rejected = 0;         // refused with Overloaded (queue full; no free permit without control)
   double ops_per_s = 0;
   double bytes_per_s = 0;        // value bytes moved (read or written)
   double p50_us = 0, p99_us = 0, p999_us = 0;   // log-linear histogram, <= 1 % error

@@ -417,8 +417,11 @@ Status Middleware::Impl::SubmitOrRun(Request&& request, Completion&& done) {
         break;
       case Permits::Admit::kClosed:
         return Status::Shutdown("middleware is not running");
-      default:
-        return Refuse(c, static_cast<uint64_t>(options.no_control_max_inflight));
+      default:  // nothing queues here: every shared permit is running a request
+        rejected[c].fetch_add(1, std::memory_order_relaxed);
+        return Status::Overloaded("no free permit: all " +
+                                  std::to_string(options.no_control_max_inflight) +
+                                  " requests no control runs at once are in flight");
     }
     RunInlineHoldingPermit(c, request.op, cls, request.key, request.value, submit_ns, done);
     return Status::OK();

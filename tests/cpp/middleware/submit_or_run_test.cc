@@ -154,9 +154,12 @@ TEST(SubmitOrRunTest, NoControlRunsInlineOrRefusesNeverWaits) {
   std::thread holder([&] { ASSERT_TRUE(mw.Put("holder", "v").ok()); });
   ASSERT_TRUE(engine.WaitInflight(1));
   bool called = false;
-  EXPECT_TRUE(mw.SubmitOrRun(Req(OpType::kGet, "a"), [&](const Status&, std::string&&) {
-                  called = true;
-                }).IsOverloaded());
+  Status refused = mw.SubmitOrRun(Req(OpType::kGet, "a"), [&](const Status&, std::string&&) {
+    called = true;
+  });
+  EXPECT_TRUE(refused.IsOverloaded());
+  // Nothing queues without control: the message says what is full (it said "queue full").
+  EXPECT_EQ(refused.message(), "no free permit: all 1 requests no control runs at once are in flight");
   EXPECT_FALSE(called);
   engine.OpenGate();
   holder.join();
