@@ -7,7 +7,6 @@ command before it serves, with status 0."""
 from __future__ import annotations
 
 import argparse
-import functools
 import ipaddress
 import os
 import signal
@@ -76,7 +75,6 @@ _early_stop = (_StopSignals().install()
                if sys.argv[1:2] == ["serve"] and threading.current_thread() is threading.main_thread()
                else None)
 
-from nvmw import _core  # noqa: E402
 from nvmw.commands import SUMMARIES  # noqa: E402
 from nvmw.commands._args import add_store_args, argv_of, controller_help, int_in, pool_path  # noqa: E402
 from nvmw.commands._util import ensure_pmem_force  # noqa: E402
@@ -196,9 +194,8 @@ def _serve(args: argparse.Namespace, signals: _StopSignals) -> int:
                       max_bulk_bytes=args.max_bulk_bytes, io_threads=args.io_threads,
                       batch_io_threads=args.batch_io_threads, batch_io_idle=args.batch_io_idle,
                       batch_nice=args.batch_nice,
-                      on_window=_print_window if args.log_windows else None,
-                      # The server's own default is protected; only "no" is passed.
-                      server_factory=None if protected else functools.partial(_core.Server, protected_mode=False))
+                      protected_mode=protected,
+                      on_window=_print_window if args.log_windows else None)
 
         def started(s: Service) -> None:
             if not password and not _loopback(s.bind):

@@ -44,7 +44,7 @@ STAT_CLASSES = ("interactive", "batch", "all")
 QUANTILES = (("p50_us", "0.5"), ("p99_us", "0.99"), ("p999_us", "0.999"))
 #: The server options passed through to `_core.Server` when given (None: the server's default).
 SERVER_LIMITS = ("max_clients", "max_bulk_bytes", "max_args", "max_output_bytes", "io_threads",
-                 "batch_io_threads", "batch_io_idle")
+                 "batch_io_threads", "batch_io_idle", "protected_mode")
 
 
 class _MiddlewarePlant:
@@ -104,6 +104,8 @@ class Service:
     max_clients ... io_threads: the server's limits (None: its defaults).
     batch_io_threads, batch_io_idle: the server's loops for batch connections and whether
         they run under SCHED_IDLE (None: the server's defaults; docs/server.md).
+    protected_mode: without a password, answer clients that are not on loopback with
+        one -DENIED line and close them, as Redis does (None: the server's default, on).
     batch_nice: CPU niceness (0..19) the middleware's batch workers add to the server's
         own (`nvmw.Middleware`'s `batch_nice`). 19 by default: the interactive requests
         run on the network loop at the server's priority, and when the cores are short
@@ -123,7 +125,8 @@ class Service:
                  max_clients: Optional[int] = None, max_bulk_bytes: Optional[int] = None,
                  max_args: Optional[int] = None, max_output_bytes: Optional[int] = None,
                  io_threads: Optional[int] = None, batch_io_threads: Optional[int] = None,
-                 batch_io_idle: Optional[bool] = None, batch_nice: int = 19,
+                 batch_io_idle: Optional[bool] = None, protected_mode: Optional[bool] = None,
+                 batch_nice: int = 19,
                  on_window: Optional[Callable[[dict], None]] = None,
                  server_factory: Optional[Callable[..., Any]] = None):
         self.device = device or "none"
@@ -146,7 +149,8 @@ class Service:
         self.limits = {k: v for k, v in (("max_clients", max_clients), ("max_bulk_bytes", max_bulk_bytes),
                                          ("max_args", max_args), ("max_output_bytes", max_output_bytes),
                                          ("io_threads", io_threads), ("batch_io_threads", batch_io_threads),
-                                         ("batch_io_idle", batch_io_idle)) if v is not None}
+                                         ("batch_io_idle", batch_io_idle),
+                                         ("protected_mode", protected_mode)) if v is not None}
         self.on_window = on_window
         self.server_factory = server_factory
         self.mw: Optional[Middleware] = None
