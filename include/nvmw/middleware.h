@@ -19,7 +19,8 @@
 //
 // Thread safety: all methods may be called from any thread, except that Start and
 // Stop must not race each other. Ownership: the Engine is not owned; it must
-// outlive Stop().
+// outlive Stop() (for a middleware freed inside one of its own completions, the stop
+// that the destructor hands to a thread of its own: see WaitForDeferredStops).
 #ifndef NVMW_MIDDLEWARE_H_
 #define NVMW_MIDDLEWARE_H_
 
@@ -99,17 +100,25 @@ struct Request {
 // no-control mode, and by SubmitOrRun with a free permit). `value` holds the value for
 // a successful Get and is empty otherwise (Exists included: its status says whether
 // the key exists). Must not block for long: it runs on the worker, holding the
-// request's permit until it returns. It must never wait for its own middleware: a
-// synchronous call into it returns NotSupported (submit instead), and Stop or the
-// destructor there would wait for the completion itself. Nor may it wait for another
-// thread that waits for the middleware, or make a synchronous call into a middleware
-// whose completions may wait for this one (docs/middleware.md, "Inside a completion").
+// request's permit until it returns. What it captures is destroyed on that thread
+// before the permit goes back, still inside the completion. It must never wait for its
+// own middleware: a synchronous call into it returns NotSupported (submit instead),
+// Stop there would wait for the completion itself, and the last reference dropped
+// there (also with the captures) frees the middleware on a thread of its own. Nor may
+// it wait for another thread that waits for the middleware, or make a synchronous call
+// into a middleware whose completions may wait for this one (docs/middleware.md,
+// "Inside a completion").
 using Completion = std::function<void(const Status& status, std::string&& value)>;
 
 class Middleware {
  public:
   explicit Middleware(const MiddlewareOptions& options = MiddlewareOptions());
-  ~Middleware();  // calls Stop()
+  // Calls Stop(). Inside one of this middleware's own completions (e.g. a completion
+  // that held the last std::shared_ptr to it), or on one of its workers, where Stop
+  // would wait for this thread, it returns at once instead: the stop, which still
+  // completes every accepted request, and the free run on a thread of their own once
+  // the completion has returned (WaitForDeferredStops waits for them).
+  ~Middleware();
   Middleware(const Middleware&) = delete;
   Middleware& operator=(const Middleware&) = delete;
 
@@ -180,14 +189,22 @@ class Middleware {
   bool running() const;
   // Whether the calling thread is running one of this middleware's completions (also
   // nested inside a completion of another middleware). Such a thread must not wait
-  // for this middleware: not Stop it, destroy it, nor join a generator or replay
-  // driving it.
+  // for this middleware: not Stop it, nor join a generator or replay driving it (its
+  // destructor there leaves the stop to a thread of its own).
   bool InCompletion() const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Waits until every stop that a destructor handed to a thread of its own has finished:
+// a Middleware freed inside one of its own completions (stopped, drained and freed).
+// Call it before destroying an engine that such a stop may still use, and before the
+// process exits. OK when none is left (at once if there never was one),
+// IOError("timeout") after timeout_s, NotSupported from inside any completion (a
+// deferred stop may be waiting for it to return).
+Status WaitForDeferredStops(double timeout_s);
 
 }  // namespace nvmw
 

@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <iterator>
 #include <string>
 #include <system_error>
 #include <thread>
 
+#include "middleware/deferred_stop.h"
 #include "middleware/middleware_impl.h"
 #include "util/clock.h"
 
@@ -180,7 +182,25 @@ Status Middleware::Impl::StopLocked() {
 
 Middleware::Middleware(const MiddlewareOptions& options) : impl_(new Impl(options)) {}
 
-Middleware::~Middleware() { Stop(); }
+Middleware::~Middleware() {
+  if (impl_->OnOwnThread()) {
+    // The last reference went inside one of its own completions (or on a worker):
+    // stopping here would wait for this thread. The stop (which still drains every
+    // accepted request) and the free run on a thread of their own; this thread's
+    // permit comes back, and a worker sees the stop, once it leaves the completion.
+    Impl* impl = impl_.release();
+    if (!RunDeferredStop([impl] {
+          (void)impl->Stop();
+          delete impl;
+        })) {
+      std::fprintf(stderr,
+                   "nvmw: cannot start a thread to stop a middleware freed inside its own "
+                   "completion; leaking it\n");
+    }
+    return;
+  }
+  Stop();
+}
 
 Status Middleware::Start(Engine* db, int interactive_threads, int batch_threads) {
   return impl_->Start(db, interactive_threads, batch_threads);

@@ -30,6 +30,9 @@ struct CompletionFrame {
 };
 thread_local const CompletionFrame* tls_completions = nullptr;
 
+// The middleware (its Impl) this thread is a worker of; null on any other thread.
+thread_local const void* tls_worker_of = nullptr;
+
 const char* OpName(OpType op) {
   switch (op) {
     case OpType::kGet:
@@ -223,7 +226,7 @@ void Middleware::Impl::Dispatch(PermitWaiter* granted, Task** run_next) {
 }
 
 Status Middleware::Impl::RunOnCaller(Task* t, std::string* out, Status* result,
-                                     const Completion* done) {
+                                     Completion* done) {
   const int c = static_cast<int>(t->cls);
   switch (PermitsOf(c).Acquire(t, max_waiters)) {
     case Permits::Admit::kGranted:
@@ -266,7 +269,7 @@ Status Middleware::Impl::RunOnCaller(Task* t, std::string* out, Status* result,
 
 // ---- completions ----
 
-void Middleware::Impl::CallCompletion(const Completion& done, const Status& status,
+void Middleware::Impl::CallCompletion(Completion& done, const Status& status,
                                       std::string&& value) {
   const CompletionFrame frame{this, tls_completions};
   tls_completions = &frame;
@@ -277,6 +280,11 @@ void Middleware::Impl::CallCompletion(const Completion& done, const Status& stat
   } catch (...) {
     std::fprintf(stderr, "nvmw: completion threw (ignored)\n");
   }
+  // What the completion captured goes while the frame still says whose completion
+  // runs: a captured last reference to this middleware then frees it on a thread of
+  // its own (~Middleware), instead of stopping it here, where this thread holds a
+  // permit (or is a worker) that the stop would wait for.
+  done = nullptr;
   tls_completions = frame.outer;
 }
 
@@ -286,6 +294,14 @@ bool Middleware::Impl::InCompletion() const {
   }
   return false;
 }
+
+bool Middleware::Impl::OnOwnThread() const {
+  return tls_worker_of == this || (tls_completions != nullptr && InCompletion());
+}
+
+void Middleware::Impl::MarkWorkerThread() { tls_worker_of = this; }
+
+bool ThreadInAnyCompletion() { return tls_completions != nullptr; }
 
 // ---- front door ----
 
@@ -386,7 +402,8 @@ Status Middleware::Impl::AcquireAsync(int c, AsyncTask* t, bool* granted) {
 
 void Middleware::Impl::RunInlineHoldingPermit(int c, OpType op, RequestClass cls,
                                               std::string_view key, std::string_view value,
-                                              int64_t submit_ns, const Completion& done) {
+                                              int64_t submit_ns, Completion& done,
+                                              AsyncTask* recycle) {
   uint64_t bytes = 0;
   std::string out;
   Status result = ExecuteOp(db, op, key, value, &out, &bytes);
@@ -395,6 +412,9 @@ void Middleware::Impl::RunInlineHoldingPermit(int c, OpType op, RequestClass cls
                          bytes, IsWrite(op), IsError(result));
   if (!result.ok()) out.clear();
   CallCompletion(done, result, std::move(out));
+  // Also before the permit goes back: once every permit is back, a stop handed to
+  // another thread (the completion dropped the last reference) may free this.
+  if (recycle != nullptr) RecycleAsyncTask(recycle);
   ReleasePermit(c, nullptr);
 }
 
@@ -442,8 +462,7 @@ Status Middleware::Impl::SubmitOrRun(Request&& request, Completion&& done) {
   s = AcquireAsync(c, t, &granted);
   if (granted) {
     // A permit came free between the two attempts: run it here all the same.
-    RunInlineHoldingPermit(c, t->op, cls, t->key, t->value, submit_ns, t->done);
-    RecycleAsyncTask(t);
+    RunInlineHoldingPermit(c, t->op, cls, t->key, t->value, submit_ns, t->done, t);
   }
   return s;
 }

@@ -3,7 +3,8 @@
 // classification, admission gate, enqueue, sync completion, no-control path),
 // middleware_pools.cc (worker loop, parking and wake-up, resize, retire) and
 // middleware_monitor.cc (monitor thread, window close, load sampling); permits.{h,cc}
-// hold a class's concurrency limit.
+// hold a class's concurrency limit; deferred_stop.{h,cc} run the stops a destructor
+// cannot run on its own thread.
 // docs/middleware.md explains the protocols.
 #ifndef NVMW_MIDDLEWARE_MIDDLEWARE_IMPL_H_
 #define NVMW_MIDDLEWARE_MIDDLEWARE_IMPL_H_
@@ -245,7 +246,7 @@ struct Middleware::Impl {
   // else *result is the engine's status. With `done` (no-control Submit; control must
   // be off) the request's completion is called before the permit goes back instead.
   Status RunOnCaller(Task* t, std::string* out, Status* result,
-                     const Completion* done = nullptr);
+                     Completion* done = nullptr);
   Status SyncCall(OpType op, std::string_view key, std::string_view value, std::string* out,
                   RequestClass hint);
   Status Submit(Request&& request, Completion&& done);
@@ -255,7 +256,9 @@ struct Middleware::Impl {
   // Calls a request's completion on this thread (a worker, or the caller of a request
   // run inline), recording for the duration of the call that this thread runs one of
   // this middleware's completions; an exception it throws is reported and dropped.
-  void CallCompletion(const Completion& done, const Status& status, std::string&& value);
+  // Destroys the completion (what it captured) before the record ends, so that a last
+  // reference to the middleware dropped with it is dropped inside the completion.
+  void CallCompletion(Completion& done, const Status& status, std::string&& value);
   // Whether this thread is inside one of this middleware's completions, also nested
   // in a completion of another middleware (a completion may submit to a no-control
   // middleware, or call SubmitOrRun, and that completion runs inside it). Such a
@@ -264,10 +267,18 @@ struct Middleware::Impl {
   // worker: a synchronous call is refused (NotSupported) and a no-control Submit
   // that finds no permit free is refused (Overloaded) instead of waiting.
   bool InCompletion() const;
+  // Whether this thread must not wait for this middleware to stop: it is inside one of
+  // its completions, or one of its workers. The destructor there hands the stop to a
+  // thread of its own.
+  bool OnOwnThread() const;
+  // Records that the calling thread is one of this middleware's workers (WorkerMain).
+  void MarkWorkerThread();
   // Runs a request that holds a permit of class c on this thread: executes, records,
-  // calls done, releases the permit (waiters it grants go to the workers).
+  // calls done (and destroys it), recycles `recycle` if given, then releases the permit
+  // (waiters it grants go to the workers).
   void RunInlineHoldingPermit(int c, OpType op, RequestClass cls, std::string_view key,
-                              std::string_view value, int64_t submit_ns, const Completion& done);
+                              std::string_view value, int64_t submit_ns, Completion& done,
+                              AsyncTask* recycle = nullptr);
 
   // ---- workers and pools (middleware_pools.cc) ----
   static void WakeOne(Pool& p);
@@ -298,6 +309,10 @@ struct Middleware::Impl {
   Status Stop();
   Status StopLocked();
 };
+
+// Whether the calling thread runs a completion of any middleware
+// (middleware_admission.cc; WaitForDeferredStops refuses to wait there).
+bool ThreadInAnyCompletion();
 
 }  // namespace nvmw
 

@@ -88,6 +88,7 @@ void Middleware::Impl::WorkerMain(Pool* pool, int slot, StatsShard* shard) {
   Pool& p = *pool;
   const int cls = pool == pools[static_cast<int>(RequestClass::kBatch)].get() ? 1 : 0;
   const bool holds_permits = UsesPermits();
+  MarkWorkerThread();
   // Named for per-thread CPU accounting (top -H, /proc/PID/task/TID/comm, perf).
   (void)::pthread_setname_np(::pthread_self(), cls ? "nvmw-batch" : "nvmw-inter");
   if (cls == static_cast<int>(RequestClass::kBatch) && options.batch_nice > 0) {
