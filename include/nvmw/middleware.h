@@ -102,12 +102,11 @@ struct Request {
 // the key exists). Must not block for long: it runs on the worker, holding the
 // request's permit until it returns. What it captures is destroyed on that thread
 // before the permit goes back, still inside the completion. It must never wait for its
-// own middleware: a synchronous call into it returns NotSupported (submit instead),
-// Stop there would wait for the completion itself, and the last reference dropped
-// there (also with the captures) frees the middleware on a thread of its own. Nor may
-// it wait for another thread that waits for the middleware, or make a synchronous call
-// into a middleware whose completions may wait for this one (docs/middleware.md,
-// "Inside a completion").
+// own middleware: a synchronous call or Stop there returns NotSupported (submit
+// instead), and the last reference dropped there (also with the captures) frees the
+// middleware on a thread of its own. Nor may it wait for another thread that waits for
+// the middleware, or make a synchronous call into a middleware whose completions may
+// wait for this one (docs/middleware.md, "Inside a completion").
 using Completion = std::function<void(const Status& status, std::string&& value)>;
 
 class Middleware {
@@ -127,7 +126,10 @@ class Middleware {
   Status Start(Engine* db, int interactive_threads, int batch_threads);
 
   // Stops accepting, finishes every accepted request (their completions run), then
-  // joins workers and the monitor. Idempotent.
+  // joins workers and the monitor. Idempotent. NotSupported, doing nothing, when
+  // called from inside one of this middleware's own completions (InCompletion) or on
+  // one of its workers: the drain would wait for that very thread. Stop it from
+  // another thread, or drop the reference (see the destructor).
   Status Stop();
 
   // Synchronous calls: run the engine operation (on this thread when a permit of the
@@ -189,8 +191,9 @@ class Middleware {
   bool running() const;
   // Whether the calling thread is running one of this middleware's completions (also
   // nested inside a completion of another middleware). Such a thread must not wait
-  // for this middleware: not Stop it, nor join a generator or replay driving it (its
-  // destructor there leaves the stop to a thread of its own).
+  // for this middleware: Stop and synchronous calls return NotSupported there, and its
+  // destructor leaves the stop to a thread of its own; nor may it join a generator or
+  // replay driving it.
   bool InCompletion() const;
 
  private:

@@ -131,6 +131,15 @@ Status Middleware::Impl::Start(Engine* engine, int interactive_threads, int batc
 }
 
 Status Middleware::Impl::Stop() {
+  // Inside one of its own completions this thread holds a permit (with hand-off, it is
+  // a worker) until the completion returns, and a worker would join itself: the drain
+  // would wait for this very call.
+  if (OnOwnThread()) {
+    return Status::NotSupported(
+        "Stop: called from inside one of the middleware's own completions (or on one of its "
+        "workers), which the drain would wait for; stop it from another thread, or drop the "
+        "reference (the destructor there stops it on a thread of its own)");
+  }
   std::lock_guard<std::mutex> life(lifecycle_mu);
   return StopLocked();
 }

@@ -268,8 +268,8 @@ struct Middleware::Impl {
   // that finds no permit free is refused (Overloaded) instead of waiting.
   bool InCompletion() const;
   // Whether this thread must not wait for this middleware to stop: it is inside one of
-  // its completions, or one of its workers. The destructor there hands the stop to a
-  // thread of its own.
+  // its completions, or one of its workers. Stop is refused there and the destructor
+  // hands the stop to a thread of its own.
   bool OnOwnThread() const;
   // Records that the calling thread is one of this middleware's workers (WorkerMain).
   void MarkWorkerThread();

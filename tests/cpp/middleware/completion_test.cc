@@ -6,8 +6,9 @@
 // no-control Submit from there runs only if a permit is free. Calls into another
 // middleware, and calls from other threads, are not affected.
 //
-// The last reference dropped there (also with what the completion captured) frees
-// the middleware on a thread of its own, which still completes every accepted request.
+// Stop from there is refused too, and the last reference dropped there (also with
+// what the completion captured) frees the middleware on a thread of its own, which
+// still completes every accepted request.
 //
 // The cases that deadlocked run in a forked child with an alarm: a child killed by
 // SIGALRM is the hang this guards against.
@@ -450,6 +451,42 @@ TEST(CompletionTest, LastReferenceDroppedInsideCompletionInEveryMode) {
       SCOPED_TRACE(std::string(ModeName(mode)) + (submit_or_run ? " SubmitOrRun" : " Submit"));
       EXPECT_EQ(InChild([=] { return CompletionDropsLastReference(mode, submit_or_run); }), 0)
           << kHung;
+    }
+  }
+}
+
+// Stop from inside one of its own completions waited for the permit (or the worker)
+// of the very thread calling it. Now NotSupported, and the middleware keeps running.
+int StopFromOwnCompletion(Mode mode, bool submit_or_run) {
+  auto engine = NewMemoryEngine();
+  Middleware mw(Options(mode));
+  CHILD_CHECK(mw.Start(engine.get(), 1, 1).ok());
+  std::atomic<bool> done{false};
+  Status stop;
+  Completion fn = [&](const Status&, std::string&&) {
+    stop = mw.Stop();
+    done.store(true);
+  };
+  Request r = Req(OpType::kPut, "k", RequestClass::kBatch, "v");
+  CHILD_CHECK((submit_or_run ? mw.SubmitOrRun(std::move(r), std::move(fn))
+                             : mw.Submit(std::move(r), std::move(fn)))
+                  .ok());
+  CHILD_CHECK(WaitFor(done));
+  if (!Refused(stop)) std::fprintf(stderr, "child: Stop: %s\n", stop.ToString().c_str());
+  CHILD_CHECK(Refused(stop));
+  CHILD_CHECK(mw.running());
+  std::string v;
+  CHILD_CHECK(mw.Get("k", &v).ok() && v == "v");
+  CHILD_CHECK(mw.Stop().ok());
+  CHILD_CHECK(!mw.running());
+  return 0;
+}
+
+TEST(CompletionTest, StopFromOwnCompletionIsRefused) {
+  for (Mode mode : {Mode::kCallerRuns, Mode::kHandOff, Mode::kNoControl}) {
+    for (bool submit_or_run : {false, true}) {
+      SCOPED_TRACE(std::string(ModeName(mode)) + (submit_or_run ? " SubmitOrRun" : " Submit"));
+      EXPECT_EQ(InChild([=] { return StopFromOwnCompletion(mode, submit_or_run); }), 0) << kHung;
     }
   }
 }
