@@ -191,9 +191,9 @@ class Middleware {
   bool running() const;
   // Whether the calling thread is running one of this middleware's completions (also
   // nested inside a completion of another middleware). Such a thread must not wait
-  // for this middleware: Stop and synchronous calls return NotSupported there, and its
-  // destructor leaves the stop to a thread of its own; nor may it join a generator or
-  // replay driving it.
+  // for this middleware: Stop, synchronous calls, and the waiting calls of a
+  // generator or replay driving it return NotSupported there; the destructors of
+  // this middleware, generator or replay leave their waiting to a thread of their own.
   bool InCompletion() const;
 
  private:
@@ -202,11 +202,13 @@ class Middleware {
 };
 
 // Waits until every stop that a destructor handed to a thread of its own has finished:
-// a Middleware freed inside one of its own completions (stopped, drained and freed).
-// Call it before destroying an engine that such a stop may still use, and before the
-// process exits. OK when none is left (at once if there never was one),
-// IOError("timeout") after timeout_s, NotSupported from inside any completion (a
-// deferred stop may be waiting for it to return).
+// a Middleware freed inside one of its own completions (stopped, drained and freed),
+// and a YcsbGenerator or Replay freed inside a completion of the middleware it drives
+// (clients joined, generator or replay freed, with its reference to the middleware).
+// Call it before destroying an engine, or a middleware given by raw pointer, that such
+// a stop may still use, and before the process exits. OK when none is left (at once
+// if there never was one), IOError("timeout") after timeout_s, NotSupported from
+// inside any completion (a deferred stop may be waiting for it to return).
 Status WaitForDeferredStops(double timeout_s);
 
 }  // namespace nvmw

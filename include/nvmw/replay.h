@@ -20,6 +20,13 @@
 // again or destroyed; started with a raw Middleware*, it does not own it and the
 // middleware must outlive Join. A middleware stopped under a running replay ends it
 // (clients stop at their first Shutdown answer).
+//
+// Inside a completion of the middleware it drives (Middleware::InCompletion), whose
+// thread holds a permit a client may be waiting for, Start (with that middleware),
+// Join and Run return NotSupported, and the destructor tells the clients to stop and
+// leaves joining them, and freeing the replay (with its reference to the middleware),
+// to a thread of its own (WaitForDeferredStops waits for it; a middleware given by
+// raw pointer must outlive that).
 #ifndef NVMW_REPLAY_H_
 #define NVMW_REPLAY_H_
 
@@ -92,7 +99,7 @@ class Replay {
   // Copies nothing the caller must keep: the trace is moved/copied in.
   // Options are checked by Start (InvalidArgument).
   Replay(Trace trace, const ReplayOptions& options);
-  ~Replay();  // Stop() + Join()
+  ~Replay();  // Stop() + Join(); inside a completion of the middleware, see above
   Replay(const Replay&) = delete;
   Replay& operator=(const Replay&) = delete;
 
@@ -100,15 +107,17 @@ class Replay {
   // the background and returns. InvalidArgument for bad options or an empty trace;
   // the preload's first error otherwise; Shutdown when Stop() ended the preload
   // (it is redone by the next Start); IOError when the operating system refuses a
-  // client thread (the clients already started are stopped and joined first). A finished replay (after Join) may be
-  // started again: the schedule restarts at 0 and the result is reset; the preload
-  // is not repeated.
+  // client thread (the clients already started are stopped and joined first);
+  // NotSupported inside a completion of mw (see above). A finished replay (after
+  // Join) may be started again: the schedule restarts at 0 and the result is reset;
+  // the preload is not repeated.
   Status Start(Middleware* mw);
   // Same, sharing ownership of the middleware (kept until the next Start or ~Replay).
   Status Start(std::shared_ptr<Middleware> mw);
   // Asks clients to stop issuing; requests in flight complete. Non-blocking.
   void Stop();
-  // Waits until every client has finished and stores the result.
+  // Waits until every client has finished and stores the result. NotSupported
+  // (result untouched) inside a completion of the middleware the clients drive.
   Status Join(ReplayResult* result);
   // Start + Join.
   Status Run(Middleware* mw, ReplayResult* result);

@@ -13,6 +13,13 @@
 // long as the generator); one given a raw Middleware* or Engine* does not own it,
 // and the target must outlive the generator. Once the middleware is stopped, each
 // client ends at its first Shutdown answer (counted as an error).
+//
+// Inside a completion of the middleware it drives (Middleware::InCompletion), whose
+// thread holds a permit a client may be waiting for, the calls that wait for the
+// clients (Load, Start, Join, Results, Run) return NotSupported, and the destructor
+// tells the clients to stop and leaves joining them, and freeing the generator (with
+// its reference to the middleware), to a thread of its own (WaitForDeferredStops
+// waits for it; a middleware given by raw pointer must outlive that).
 #ifndef NVMW_YCSB_H_
 #define NVMW_YCSB_H_
 
@@ -115,7 +122,7 @@ class YcsbGenerator {
   YcsbGenerator(const YcsbOptions& options, std::shared_ptr<Middleware> middleware);
   // Drives an engine directly (no middleware): the client-side reference.
   YcsbGenerator(const YcsbOptions& options, Engine* engine);
-  ~YcsbGenerator();  // Stop() and Join()
+  ~YcsbGenerator();  // Stop() and Join(); inside a completion of the middleware, see above
   YcsbGenerator(const YcsbGenerator&) = delete;
   YcsbGenerator& operator=(const YcsbGenerator&) = delete;
 
@@ -137,7 +144,8 @@ class YcsbGenerator {
   // Asks the clients to finish: each completes its current request and exits.
   // Safe from any thread, any number of times.
   void Stop();
-  // Waits for every client thread (they end by op count, duration or Stop()).
+  // Waits for every client thread (they end by op count, duration or Stop()). OK, or
+  // NotSupported inside a completion of the middleware (see above).
   Status Join();
   // Statistics of the run so far joined; Load's figures even before Run. Load's
   // figures (records_loaded, load_s, first_error) are filled in even when it returns

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -15,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "middleware/deferred_stop.h"
 #include "util/clock.h"
 #include "util/histogram.h"
 #include "util/rng.h"
@@ -55,6 +57,10 @@ struct Replay::Impl {
   std::vector<ClientStats> stats;
   std::shared_ptr<Middleware> owner;  // set by Start(shared_ptr); kept until the next Start
   Middleware* mw = nullptr;
+  // The middleware while clients may run (set by Start, cleared by Join once they are
+  // joined), read without mu by Join and ~Replay to refuse waiting inside one of its
+  // completions: Join holds mu while it waits.
+  std::atomic<Middleware*> driving{nullptr};
   int64_t start_ns = 0;
   std::atomic<uint64_t> cursor{0};
   std::atomic<uint64_t> issued{0};
@@ -152,6 +158,22 @@ struct Replay::Impl {
     preloaded_keys = keys.size();
     preload_s = static_cast<double>(NowNs() - t0) / 1e9;
     return Status::OK();
+  }
+
+  // NotSupported when the calling thread runs a completion of `target`: `what` waits
+  // for clients that may wait for the permit that thread holds.
+  static Status RefuseInsideCompletion(const Middleware* target, const char* what) {
+    if (target == nullptr || !target->InCompletion()) return Status::OK();
+    return Status::NotSupported(
+        std::string("replay: ") + what +
+        " called from a completion of the middleware the replay drives: it would wait for "
+        "client threads that may wait for the permit of the thread running the completion");
+  }
+
+  void JoinClients() {
+    std::lock_guard<std::mutex> l(mu);
+    for (auto& t : clients) t.join();
+    clients.clear();
   }
 
   void Client(ClientStats* st) {
@@ -261,6 +283,21 @@ Replay::Replay(Trace trace, const ReplayOptions& options) : impl_(new Impl) {
 
 Replay::~Replay() {
   Stop();
+  Middleware* driving = impl_->driving.load(std::memory_order_acquire);
+  if (driving != nullptr && driving->InCompletion()) {
+    // A client may be waiting for the permit this thread holds until the completion
+    // returns: the clients, told to stop, are joined (and the replay freed, with its
+    // reference to the middleware) on a thread of their own.
+    Impl* impl = impl_.release();
+    if (!RunDeferredStop([impl] {
+          impl->JoinClients();
+          delete impl;
+        })) {
+      std::fprintf(stderr,
+                   "nvmw: cannot start a thread to free a replay inside a completion; leaking it\n");
+    }
+    return;
+  }
   ReplayResult ignored;
   Join(&ignored);
 }
@@ -277,10 +314,13 @@ Status Replay::Start(std::shared_ptr<Middleware> mw) {
 
 Status Replay::Start(Middleware* mw) {
   Impl& m = *impl_;
+  // Before the lock: a Join elsewhere holds it while it waits for the clients.
+  Status s = Impl::RefuseInsideCompletion(mw, "Start");
+  if (!s.ok()) return s;
   std::lock_guard<std::mutex> l(m.mu);
   if (m.started) return Status::InvalidArgument("replay: already started (Join it first)");
   if (mw == nullptr) return Status::InvalidArgument("replay: null middleware");
-  Status s = m.Check();
+  s = m.Check();
   if (!s.ok()) return s;
   s = m.PrepareValues(*mw);
   if (!s.ok()) return s;
@@ -317,6 +357,7 @@ Status Replay::Start(Middleware* mw) {
                            std::to_string(m.stats.size()) + " (" + e.what() + ")");
   }
   m.started = true;
+  m.driving.store(mw, std::memory_order_release);
   return Status::OK();
 }
 
@@ -324,6 +365,8 @@ void Replay::Stop() { impl_->stop.Set(); }
 
 Status Replay::Join(ReplayResult* result) {
   Impl& m = *impl_;
+  Status s = Impl::RefuseInsideCompletion(m.driving.load(std::memory_order_acquire), "Join");
+  if (!s.ok()) return s;
   std::lock_guard<std::mutex> l(m.mu);
   if (!m.started) {
     *result = ReplayResult();
@@ -331,6 +374,7 @@ Status Replay::Join(ReplayResult* result) {
   }
   for (auto& t : m.clients) t.join();
   m.clients.clear();
+  m.driving.store(nullptr, std::memory_order_release);
   m.started = false;
   Histogram read, write, all, read_svc, write_svc, all_svc, lag;
   ReplayResult r;

@@ -13,6 +13,7 @@
 
 #include <pthread.h>
 
+#include "middleware/deferred_stop.h"
 #include "util/histogram.h"
 #include "util/rng.h"
 #include "util/stop_signal.h"
@@ -149,7 +150,28 @@ struct YcsbGenerator::Impl {
 
   void Client(int t);
   void Sleep(Clock::time_point until);
+  void JoinClients();
+  // NotSupported when the calling thread runs a completion of the middleware the
+  // generator drives: `what` waits for the clients (or for a call that does), and a
+  // client may be waiting for the permit that thread holds.
+  Status RefuseInsideCompletion(const char* what) const;
 };
+
+void YcsbGenerator::Impl::JoinClients() {
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto& th : threads) {
+    if (th.joinable()) th.join();
+  }
+  if (started) joined = true;
+}
+
+Status YcsbGenerator::Impl::RefuseInsideCompletion(const char* what) const {
+  if (mw == nullptr || !mw->InCompletion()) return Status::OK();
+  return Status::NotSupported(
+      std::string("ycsb: ") + what +
+      " called from a completion of the middleware the generator drives: it would wait for "
+      "client threads that may wait for the permit of the thread running the completion");
+}
 
 // Sleeps until `until` or Stop(), whichever comes first.
 void YcsbGenerator::Impl::Sleep(Clock::time_point until) {
@@ -254,7 +276,22 @@ YcsbGenerator::YcsbGenerator(const YcsbOptions& options, Engine* engine)
 
 YcsbGenerator::~YcsbGenerator() {
   Stop();
-  Join();
+  if (impl_->mw != nullptr && impl_->mw->InCompletion()) {
+    // A client may be waiting for the permit this thread holds until the completion
+    // returns: the clients, told to stop, are joined (and the generator freed, with
+    // its reference to the middleware) on a thread of their own.
+    Impl* impl = impl_.release();
+    if (!RunDeferredStop([impl] {
+          impl->JoinClients();
+          delete impl;
+        })) {
+      std::fprintf(stderr,
+                   "nvmw: cannot start a thread to free a YCSB generator inside a completion; "
+                   "leaking it\n");
+    }
+    return;
+  }
+  impl_->JoinClients();
 }
 
 Status YcsbGenerator::Validate(const YcsbOptions& o) {
@@ -307,6 +344,8 @@ Status YcsbGenerator::Validate(const YcsbOptions& o) {
 Status YcsbGenerator::Load() {
   Impl& m = *impl_;
   Status s = Validate(m.opt);
+  if (!s.ok()) return s;
+  s = m.RefuseInsideCompletion("Load");
   if (!s.ok()) return s;
   std::lock_guard<std::mutex> lock(m.mu);
   if (m.started) return Status::NotSupported("ycsb: Load after Start");
@@ -368,6 +407,8 @@ Status YcsbGenerator::Start() {
   Impl& m = *impl_;
   Status s = Validate(m.opt);
   if (!s.ok()) return s;
+  s = m.RefuseInsideCompletion("Start");
+  if (!s.ok()) return s;
   std::lock_guard<std::mutex> lock(m.mu);
   if (m.started) return Status::NotSupported("ycsb: a generator runs once; make a new one");
   if (m.mw != nullptr && !m.mw->running()) return Status::Shutdown("ycsb: middleware is not running");
@@ -412,11 +453,9 @@ Status YcsbGenerator::Start() {
 void YcsbGenerator::Stop() { impl_->stop.Set(); }
 
 Status YcsbGenerator::Join() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  for (auto& th : impl_->threads) {
-    if (th.joinable()) th.join();
-  }
-  if (impl_->started) impl_->joined = true;
+  Status s = impl_->RefuseInsideCompletion("Join");
+  if (!s.ok()) return s;
+  impl_->JoinClients();
   return Status::OK();
 }
 
@@ -426,6 +465,8 @@ bool YcsbGenerator::running() const {
 
 Status YcsbGenerator::Results(YcsbResults* r) const {
   const Impl& m = *impl_;
+  Status s = m.RefuseInsideCompletion("Results");
+  if (!s.ok()) return s;
   std::lock_guard<std::mutex> lock(m.mu);
   *r = YcsbResults();
   r->records_loaded = m.records_loaded;
@@ -474,7 +515,7 @@ Status YcsbGenerator::Results(YcsbResults* r) const {
 }
 
 Status YcsbGenerator::Run(YcsbResults* results) {
-  Status s = Start();
+  Status s = Start();  // refused inside a completion of the middleware, as Join is
   if (!s.ok()) return s;
   Join();
   return Results(results);
