@@ -82,7 +82,13 @@ Status CreatePool(const std::string& path, const PmemOptions& options, bool* exi
                                     static_cast<mode_t>(options.file_mode & 07777));
   if (pop == nullptr) {
     int err = errno;
-    std::string msg = path + ": cannot create pool: " + PmemError();
+    // libpmemobj's message names the temporary file, which the user never asked for
+    // and which is gone by now: it names the pool instead.
+    std::string why = PmemError();
+    for (size_t at = why.find(tmp); at != std::string::npos; at = why.find(tmp, at + path.size())) {
+      why.replace(at, tmp.size(), path);
+    }
+    std::string msg = path + ": cannot create pool: " + why;
     unlink(tmp.c_str());  // pmemobj_create may leave a partial file behind
     return err == ENOSPC ? Status::NoSpace(msg) : Status::IOError(msg);
   }

@@ -399,6 +399,20 @@ TEST(PmemSalvageTest, ASalvagePoolTooSmallIsKeptAndSaysItIsPartial) {
   EXPECT_EQ(found, r.salvaged);
 }
 
+TEST(PmemCreationTest, ACreationTheFilesystemRefusesNamesThePoolNotItsTemporaryFile) {
+  TempDir dir;
+  const std::string path = dir.File("huge.pool");
+  PmemOptions o;
+  o.pool_size_bytes = uint64_t{1} << 62;  // more than any filesystem here holds
+  std::unique_ptr<Engine> e;
+  Status s = OpenPmemEngine(path, o, &e);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message().find(".creating-"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().rfind(path + ": cannot create pool: ", 0), 0u) << s.message();
+  struct stat st;
+  EXPECT_NE(stat(path.c_str(), &st), 0);
+}
+
 TEST(PmemCreationTest, NewPoolsAre0600UnlessConfigured) {
   TempDir dir;
   std::unique_ptr<Engine> e;
