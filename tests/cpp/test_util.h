@@ -2,9 +2,27 @@
 #ifndef NVMW_TESTS_TEST_UTIL_H_
 #define NVMW_TESTS_TEST_UTIL_H_
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <thread>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#endif
+
+// For a body run by InChild: a failed check says which and makes the child exit with a
+// code naming the line.
+#define CHILD_CHECK(cond)                                                   \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
+      std::fprintf(stderr, "child: line %d: %s failed\n", __LINE__, #cond); \
+      return 10 + __LINE__ % 200;                                           \
+    }                                                                       \
+  } while (0)
 
 namespace nvmw::testing {
 
@@ -18,6 +36,32 @@ inline bool WaitUntil(const std::function<bool()>& pred,
     std::this_thread::sleep_for(poll);
   }
   return true;
+}
+
+// Runs body in a forked child under an alarm of `alarm_s` seconds (a hang ends as
+// 128 + SIGALRM = 142); returns its exit code, or 128 + the signal that ended it.
+inline int InChild(const std::function<int()>& body, unsigned alarm_s = 60) {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(alarm_s);
+    const int code = body();
+    std::fflush(nullptr);
+    _exit(code);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Under AddressSanitizer: whether nothing has leaked so far (LeakSanitizer's check,
+// recoverable). Elsewhere true.
+inline bool NoLeaks() {
+#if defined(__SANITIZE_ADDRESS__)
+  return __lsan_do_recoverable_leak_check() == 0;
+#else
+  return true;
+#endif
 }
 
 }  // namespace nvmw::testing

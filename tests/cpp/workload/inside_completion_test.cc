@@ -25,57 +25,16 @@
 #include "nvmw/replay.h"
 #include "nvmw/trace.h"
 #include "nvmw/ycsb.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/lsan_interface.h>
-#endif
+#include "test_util.h"
 
 namespace nvmw {
 namespace {
 
-// A failed check in the child: says which and exits with a code naming the line.
-#define CHILD_CHECK(cond)                                                   \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      std::fprintf(stderr, "child: line %d: %s failed\n", __LINE__, #cond); \
-      return 10 + __LINE__ % 200;                                           \
-    }                                                                       \
-  } while (0)
-
-// Runs body in a forked child (60 s alarm); returns its exit code, or 128 + signal.
-int InChild(const std::function<int()>& body) {
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    alarm(60);
-    const int code = body();
-    std::fflush(nullptr);
-    _exit(code);
-  }
-  int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+using testing::InChild;
+using testing::NoLeaks;
+using testing::WaitUntil;
 
 constexpr const char* kHung = "(142 = 128 + SIGALRM: the child hung)";
-
-bool NoLeaks() {
-#if defined(__SANITIZE_ADDRESS__)
-  return __lsan_do_recoverable_leak_check() == 0;
-#else
-  return true;
-#endif
-}
-
-// Waits (bounded) until pred holds.
-bool WaitUntil(const std::function<bool()>& pred) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  return true;
-}
 
 enum class Mode { kCallerRuns, kHandOff, kNoControl };
 

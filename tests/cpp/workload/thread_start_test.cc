@@ -29,6 +29,7 @@
 #include "nvmw/middleware.h"
 #include "nvmw/replay.h"
 #include "nvmw/ycsb.h"
+#include "test_util.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define NVMW_SANITIZED 1
@@ -41,14 +42,7 @@
 namespace nvmw {
 namespace {
 
-// A failed check in the child: says which and exits with a code naming the line.
-#define CHILD_CHECK(cond)                                                            \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      std::fprintf(stderr, "child: line %d: %s failed\n", __LINE__, #cond);          \
-      return 10 + __LINE__ % 200;                                                    \
-    }                                                                                \
-  } while (0)
+using testing::InChild;
 
 uint64_t MappedBytes() {
   std::FILE* f = std::fopen("/proc/self/statm", "r");
@@ -87,19 +81,6 @@ bool NoThreadStarts() {
   } catch (const std::system_error&) {
     return true;
   }
-}
-
-// Runs body in a forked child (30 s alarm); returns its exit code, or 128 + signal.
-int InChild(const std::function<int()>& body) {
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    alarm(30);
-    _exit(body());
-  }
-  int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 class ThreadStartTest : public ::testing::Test {
