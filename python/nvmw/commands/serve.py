@@ -9,61 +9,10 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
-import signal
 import sys
 import threading
 
-#: The signals that drain the service (as nvmw.lab.service.STOP_SIGNALS).
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
-class _StopSignals:
-    """While installed, SIGTERM, SIGINT and SIGHUP set `event` instead of ending the
-    process; one after the first (a second Ctrl-C during the drain) is ignored, so the
-    drain, the pool's close and the removal of a temporary pool always finish. A signal
-    ignored at install stays ignored (SIGHUP under nohup). Main thread only.
-
-    install() also blocks them: one that comes is held, pending, until deliver(). Installed
-    before any other thread starts, every thread inherits the block, so none can take a
-    signal that an exec would then lose: when the command executes itself again (a
-    temporary pool, _serve), the new process inherits the block and the signals pending.
-
-    nvmw.lab.service.stop_signals catches the same signals, but importing it takes the
-    time this has to cover, hence this class on the standard library alone."""
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self._old: dict = {}
-        self._held = False
-
-    def install(self) -> "_StopSignals":
-        for sig in STOP_SIGNALS:
-            if signal.getsignal(sig) is not signal.SIG_IGN:
-                self._old[sig] = signal.signal(sig, self._handler)
-        signal.pthread_sigmask(signal.SIG_BLOCK, list(self._old))
-        self._held = True
-        return self
-
-    def pending(self) -> bool:
-        """Whether a stop signal has come (held or handled)."""
-        return self.event.is_set() or bool(signal.sigpending() & set(self._old))
-
-    def deliver(self) -> None:
-        """Unblocks the signals: those held reach the handler now, later ones at once.
-        A signal blocked by this process's parent (this command before it executed
-        itself again) is unblocked too."""
-        if self._held:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, list(self._old))
-            self._held = False
-
-    def _handler(self, _signum, _frame) -> None:
-        self.event.set()
-
-    def restore(self) -> None:
-        self.deliver()
-        for sig, handler in self._old.items():
-            signal.signal(sig, handler)
-        self._old.clear()
+from nvmw.stop_signals import StopSignals  # the standard library alone
 
 
 # Installed here, before the imports below start any thread, when this process runs
@@ -71,7 +20,7 @@ class _StopSignals:
 # module is also imported where it only registers its options (every command's parser
 # is built), and there the signals must keep their usual effect. Otherwise run()
 # installs them.
-_early_stop = (_StopSignals().install()
+_early_stop = (StopSignals().install(block=True)
                if sys.argv[1:2] == ["serve"] and threading.current_thread() is threading.main_thread()
                else None)
 
@@ -158,7 +107,7 @@ def _print_window(row: dict) -> None:
 
 def run(args: argparse.Namespace) -> int:
     global _early_stop
-    signals = _early_stop or _StopSignals().install()
+    signals = _early_stop or StopSignals().install(block=True)
     _early_stop = None
     try:
         return _serve(args, signals)
@@ -166,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         signals.restore()
 
 
-def _serve(args: argparse.Namespace, signals: _StopSignals) -> int:
+def _serve(args: argparse.Namespace, signals: StopSignals) -> int:
     """The command. The stop signals are held (blocked) until the command is past its
     re-execution, then set `signals.event`."""
     stop = signals.event

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import http.server
 import math
-import signal
 import socket
 import sys
 import threading
@@ -32,6 +31,7 @@ from nvmw.control.sla import SLASpec, load_spec
 from nvmw.errors import NotSupportedError, ShutdownError, StorageIOError
 from nvmw.lab.lineup import ControllerContext, make_controller
 from nvmw.middleware import Middleware
+from nvmw.stop_signals import STOP_SIGNALS, StopSignals
 
 #: Where the pools start when the controller states no starting point of its own
 #: (the thesis's fixed baseline, as phase runs do).
@@ -507,31 +507,16 @@ class _Collector:
                 yield CounterMetricFamily(base, f"Server: {key.replace('_', ' ')} since start.", value=value)
 
 
-#: The signals that drain a service (SIGHUP too: a closed terminal stops it cleanly, unless
-#: it was started ignoring SIGHUP, as under nohup).
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
 @contextlib.contextmanager
 def stop_signals() -> Iterator[threading.Event]:
     """While the block runs, SIGTERM, SIGINT and SIGHUP set the event instead of ending the
-    process; a signal after the first (a second Ctrl-C during the drain) is ignored, so the
-    drain, the pool's close and the removal of a temporary pool always finish. A signal
-    ignored when the block starts (SIGHUP under nohup) stays ignored. Main thread only."""
-    stop = threading.Event()
-
-    def handler(_signum, _frame) -> None:
-        stop.set()
-
-    old = {}
+    process (nvmw.stop_signals.StopSignals); a signal after the first is ignored. Main
+    thread only."""
+    signals = StopSignals().install()
     try:
-        for sig in STOP_SIGNALS:
-            if signal.getsignal(sig) is not signal.SIG_IGN:
-                old[sig] = signal.signal(sig, handler)
-        yield stop
+        yield signals.event
     finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)
+        signals.restore()
 
 
 def run_until_signal(service: Service, *, on_start: Optional[Callable[[Service], None]] = None,
