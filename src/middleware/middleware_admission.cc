@@ -93,7 +93,7 @@ RequestClass Middleware::Impl::Resolve(OpType op, size_t value_bytes, RequestCla
              : RequestClass::kInteractive;
 }
 
-Status Middleware::Impl::Validate(OpType op, size_t value_bytes, RequestClass hint) const {
+Status Middleware::Impl::Invalid(OpType op, size_t value_bytes, RequestClass hint) const {
   if (!ValidOp(op)) {
     return Status::InvalidArgument("unknown operation type " +
                                    std::to_string(static_cast<int>(op)));
@@ -107,7 +107,7 @@ Status Middleware::Impl::Validate(OpType op, size_t value_bytes, RequestClass hi
                                    " bytes exceeds max_value_bytes " +
                                    std::to_string(options.max_value_bytes));
   }
-  return Status::OK();
+  return Status::InvalidArgument("invalid request");  // not reached: Validate saw a fault
 }
 
 // ---- async task pool ----
@@ -206,8 +206,11 @@ void Middleware::Impl::WaitSync(Task* t) {
 StatsShard* Middleware::Impl::CallerStripe() {
   // The stripe index, not the hash, is kept: a modulo by the vector's size was a 64-bit
   // division on every request.
-  static thread_local const size_t stripe =
-      std::hash<std::thread::id>()(std::this_thread::get_id()) % kCallerStripes;
+  // Constant-initialised, so reading it needs no thread-local guard check.
+  static thread_local size_t stripe = kCallerStripes;
+  if (stripe == kCallerStripes) {
+    stripe = std::hash<std::thread::id>()(std::this_thread::get_id()) % kCallerStripes;
+  }
   return caller_stripes[stripe];
 }
 
@@ -257,14 +260,21 @@ Status Middleware::Impl::RunOnCaller(Task* t, std::string* out, Status* result,
     RunInlineHoldingPermit(c, t->op, t->cls, t->key, t->value, t->submit_ns, *done);
     return Status::OK();
   }
+  *result = RunSyncHoldingPermit(c, t->op, t->cls, t->key, t->value, out, t->submit_ns);
+  return Status::OK();
+}
+
+Status Middleware::Impl::RunSyncHoldingPermit(int c, OpType op, RequestClass cls,
+                                              std::string_view key, std::string_view value,
+                                              std::string* out, int64_t submit_ns) {
   uint64_t bytes = 0;
-  *result = ExecuteOp(db, t->op, t->key, t->value, out, &bytes);
+  Status result = ExecuteOp(db, op, key, value, out, &bytes);
   // Recorded before the permit goes back, so that once Stop sees every permit returned
   // the final window holds every request.
-  CallerStripe()->Record(t->cls, static_cast<uint64_t>(std::max<int64_t>(0, FastNowNs() - t->submit_ns)),
-                         bytes, IsWrite(t->op), IsError(*result));
+  CallerStripe()->Record(cls, static_cast<uint64_t>(std::max<int64_t>(0, FastNowNs() - submit_ns)),
+                         bytes, IsWrite(op), IsError(result));
   ReleasePermit(c, nullptr);
-  return Status::OK();
+  return result;
 }
 
 // ---- completions ----
@@ -316,10 +326,18 @@ Status Middleware::Impl::SyncCall(OpType op, std::string_view key, std::string_v
   // "Inside a completion"). In every mode: without control the completion holds one
   // of the shared permits.
   if (tls_completions != nullptr && InCompletion()) return RefuseInsideCompletion(op);
+  const int64_t submit_ns = FastNowNs();
+  const RequestClass cls = Resolve(op, value.size(), hint);
+  // A free permit (and nobody waiting for one: TryAcquire never lets a newcomer
+  // overtake a waiter) runs the request here and now, with nothing built for waiting:
+  // the common case at low load, kept as short as the engine call allows.
+  if (UsesPermits() && PermitsOf(static_cast<int>(cls)).TryAcquire() == Permits::Admit::kGranted) {
+    return RunSyncHoldingPermit(static_cast<int>(cls), op, cls, key, value, out, submit_ns);
+  }
   Task t;
-  t.submit_ns = FastNowNs();
+  t.submit_ns = submit_ns;
   t.op = op;
-  t.cls = Resolve(op, value.size(), hint);
+  t.cls = cls;
   t.key = key;
   t.value = value;
   t.get_out = out;

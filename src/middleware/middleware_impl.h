@@ -178,7 +178,16 @@ struct Middleware::Impl {
            op == OpType::kExists;
   }
   RequestClass Resolve(OpType op, size_t value_bytes, RequestClass hint) const;
-  Status Validate(OpType op, size_t value_bytes, RequestClass hint) const;
+  // OK, or InvalidArgument naming the fault. Inline: every request passes here, and
+  // only a refusal needs the message built (Invalid, out of line).
+  Status Validate(OpType op, size_t value_bytes, RequestClass hint) const {
+    if (ValidOp(op) && ValidClass(hint) &&
+        (op != OpType::kPut || value_bytes <= options.max_value_bytes)) {
+      return Status::OK();
+    }
+    return Invalid(op, value_bytes, hint);
+  }
+  Status Invalid(OpType op, size_t value_bytes, RequestClass hint) const;
 
   // ---- admission gate (Stop waits for callers inside it) ----
   struct Gate {
@@ -279,6 +288,11 @@ struct Middleware::Impl {
   void RunInlineHoldingPermit(int c, OpType op, RequestClass cls, std::string_view key,
                               std::string_view value, int64_t submit_ns, Completion& done,
                               AsyncTask* recycle = nullptr);
+  // Runs a synchronous request that holds a permit of class c on this thread: executes
+  // (a Get's value goes to *out), records, releases the permit; returns the engine's
+  // status.
+  Status RunSyncHoldingPermit(int c, OpType op, RequestClass cls, std::string_view key,
+                              std::string_view value, std::string* out, int64_t submit_ns);
 
   // ---- workers and pools (middleware_pools.cc) ----
   static void WakeOne(Pool& p);
