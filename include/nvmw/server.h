@@ -60,6 +60,7 @@ struct ServerOptions {
   uint64_t max_output_bytes = 64ull << 20;
   // A connection whose pending output stays at or above max_output_bytes this long
   // without the client reading any of it is closed (counted in output_buffer_closes).
+  // Infinity, or any timeout past what the clock counts (about 292 years), is never reached.
   double output_stall_timeout_s = 30.0;
   // Event-loop threads; connections are spread over them as they are accepted.
   int io_threads = 1;
@@ -82,7 +83,8 @@ struct ServerOptions {
   // Batch requests always go to the workers. No-control mode always runs on the loop.
   bool run_on_loop = true;
   // Stop(): how long replies may take to reach slow readers before their
-  // connections are closed anyway (commands in flight always finish first).
+  // connections are closed anyway (commands in flight always finish first). Infinity:
+  // Stop waits for every reader.
   double stop_timeout_s = 10.0;
 };
 

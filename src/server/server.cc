@@ -47,6 +47,20 @@ thread_local char t_read_buf[kReadChunk];
 
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
+// A timeout in seconds as nanoseconds, saturating: one too long for the clock (infinity
+// included) is INT64_MAX, never reached. (A plain conversion of such a value is undefined
+// and gives INT64_MIN on x86-64, a timeout that had always passed.)
+int64_t TimeoutNs(double seconds) {
+  const double ns = seconds * 1e9;
+  return ns >= 9.2e18 ? INT64_MAX : static_cast<int64_t>(ns);
+}
+
+// now + the timeout, saturating at INT64_MAX.
+int64_t DeadlineNs(int64_t now_ns, double seconds) {
+  const int64_t ns = TimeoutNs(seconds);
+  return ns > INT64_MAX - now_ns ? INT64_MAX : now_ns + ns;
+}
+
 // Whether a peer address is loopback: 127.0.0.0/8, ::1, or 127.0.0.0/8 mapped into
 // IPv6 (::ffff:127.x.y.z, an IPv4 client of a socket bound to "::").
 bool IsLoopbackPeer(const sockaddr_storage& addr) {
@@ -328,7 +342,7 @@ void Server::Impl::Loop(IoThread* io) {
         draining = true;
         if (listening) ::epoll_ctl(io->epfd, EPOLL_CTL_DEL, listen_fd, nullptr);
         listening = false;
-        stop_deadline_ns = now + static_cast<int64_t>(options.stop_timeout_s * 1e9);
+        stop_deadline_ns = DeadlineNs(now, options.stop_timeout_s);
         for (auto& [fd, c] : io->conns) UpdateInterest(io, c.get());  // no more reading
       }
       // Connections with nothing in flight and nothing left to write are done; the
@@ -721,7 +735,7 @@ void Server::Impl::Post(Conn* c) {
 }
 
 void Server::Impl::CheckStalls(IoThread* io, int64_t now_ns) {
-  const int64_t limit_ns = static_cast<int64_t>(options.output_stall_timeout_s * 1e9);
+  const int64_t limit_ns = TimeoutNs(options.output_stall_timeout_s);
   std::vector<Conn*> stalled;
   for (auto& [fd, c] : io->conns) {
     if (c->out_bytes < options.max_output_bytes) {

@@ -24,6 +24,7 @@
 #include <cerrno>
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -930,6 +931,43 @@ TEST_F(ServerTest, StopDrainsAPausedMget) {
   stopper.join();
   EXPECT_EQ(server_->Stats().connections_current, 0u);
   EXPECT_LE(server_->Stats().output_peak_bytes, kMgetBound);
+}
+
+// Timeouts longer than the clock can count (infinity, 1e300 s) are never reached: a
+// reader that reads nothing for several stall checks is not closed, and Stop waits for
+// it to read its reply. (Converted to nanoseconds without saturating, both had always
+// passed: the stalled reader was closed at the next check, and Stop closed it at once.)
+TEST_F(ServerTest, TimeoutsTooLongForTheClockAreNeverReached) {
+  ServerOptions o;
+  o.max_output_bytes = kMgetCap;
+  o.output_stall_timeout_s = std::numeric_limits<double>::infinity();
+  o.stop_timeout_s = 1e300;
+  StartAll(o);
+  Client setup(port());
+  const std::vector<std::string> values = StoreMgetValues(setup);
+  const std::string want = MgetReply(values);
+  Client reader(port());
+  ShrinkReceiveBuffer(reader);
+  ASSERT_TRUE(reader.Send(Multibulk(MgetArgs(kMgetValues))));
+  // The MGET reaches the cap and pauses there; the reader reads nothing while several
+  // stall checks (one per 100 ms loop tick) see its output at the cap.
+  ASSERT_TRUE(WaitUntil([&] { return server_->Stats().output_peak_bytes >= kMgetCap; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(server_->Stats().output_buffer_closes, 0u);
+  std::atomic<bool> stopped{false};
+  std::thread stopper([&] {
+    EXPECT_TRUE(server_->Stop().ok());
+    stopped = true;
+  });
+  ASSERT_TRUE(WaitUntil([&] { return !Client(port()).connected(); }));
+  // The loops have begun the drain (Stop woke them) and set its deadline.
+  ASSERT_TRUE(WaitUntil([&] { return server_->Stats().connections_current == 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(stopped.load());
+  EXPECT_EQ(reader.Reply(), want);
+  EXPECT_TRUE(reader.ClosedByServer());
+  stopper.join();
+  EXPECT_EQ(server_->Stats().output_buffer_closes, 0u);
 }
 
 TEST_F(ServerTest, StopFinishesTheCommandInFlightAndThoseAlreadyRead) {
