@@ -10,6 +10,8 @@
 #include <functional>
 #include <thread>
 
+#include "nvmw/middleware.h"
+
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
 #endif
@@ -62,6 +64,25 @@ inline bool NoLeaks() {
 #else
   return true;
 #endif
+}
+
+// The three ways a middleware runs requests, for behaviour that must hold in each.
+enum class Mode { kCallerRuns, kHandOff, kNoControl };
+
+inline const char* ModeName(Mode m) {
+  return m == Mode::kCallerRuns ? "caller-runs" : m == Mode::kHandOff ? "hand-off" : "no-control";
+}
+
+// Options of mode m with one interactive permit (one worker with hand-off, one shared
+// permit without control): while a completion runs, it holds the only one.
+inline MiddlewareOptions OnePermitOptions(Mode m) {
+  MiddlewareOptions o;
+  o.max_threads = 4;
+  o.window_s = 60;
+  o.control = m != Mode::kNoControl;
+  o.execution = m == Mode::kHandOff ? Execution::kHandOff : Execution::kCallerRuns;
+  o.no_control_max_inflight = 1;
+  return o;
 }
 
 }  // namespace nvmw::testing

@@ -34,6 +34,9 @@ namespace nvmw {
 namespace {
 
 using testing::InChild;
+using testing::Mode;
+using testing::ModeName;
+using testing::OnePermitOptions;
 using testing::NoLeaks;
 using testing::WaitUntil;
 
@@ -54,22 +57,6 @@ bool Meet(std::atomic<int>& arrived) {
     std::this_thread::yield();
   }
   return true;
-}
-
-enum class Mode { kCallerRuns, kHandOff, kNoControl };
-
-const char* ModeName(Mode m) {
-  return m == Mode::kCallerRuns ? "caller-runs" : m == Mode::kHandOff ? "hand-off" : "no-control";
-}
-
-MiddlewareOptions Options(Mode m) {
-  MiddlewareOptions o;
-  o.max_threads = 4;
-  o.window_s = 60;
-  o.control = m != Mode::kNoControl;
-  o.execution = m == Mode::kHandOff ? Execution::kHandOff : Execution::kCallerRuns;
-  o.no_control_max_inflight = 1;  // the completion holds the only permit
-  return o;
 }
 
 bool Refused(const Status& s) { return s.code() == Status::Code::kNotSupported; }
@@ -111,7 +98,7 @@ struct SyncCalls {
 
 int SyncCallsFromOwnCompletions(Mode mode) {
   auto engine = NewMemoryEngine();
-  Middleware mw(Options(mode));
+  Middleware mw(OnePermitOptions(mode));
   CHILD_CHECK(mw.Start(engine.get(), 1, 1).ok());
   CHILD_CHECK(mw.Put("k", "v").ok());
   for (int c = 0; c < 2; ++c) {  // the class of the request completing
@@ -149,7 +136,7 @@ TEST(CompletionTest, SyncCallIntoOwnMiddlewareIsRefusedInEveryMode) {
 // into the interactive class, each class at limit 1: each waited for the other's.
 int CrossClassCycle(Mode mode) {
   auto engine = NewMemoryEngine();
-  Middleware mw(Options(mode));
+  Middleware mw(OnePermitOptions(mode));
   CHILD_CHECK(mw.Start(engine.get(), 1, 1).ok());
   CHILD_CHECK(mw.Put("k", "v").ok());
   std::atomic<int> arrived{0};
@@ -187,9 +174,9 @@ TEST(CompletionTest, CrossClassCycleIsRefused) {
 int NestedCompletions() {
   auto e1 = NewMemoryEngine();
   auto e2 = NewMemoryEngine();
-  MiddlewareOptions o2 = Options(Mode::kNoControl);
+  MiddlewareOptions o2 = OnePermitOptions(Mode::kNoControl);
   o2.no_control_max_inflight = 4;
-  Middleware outer(Options(Mode::kCallerRuns));
+  Middleware outer(OnePermitOptions(Mode::kCallerRuns));
   Middleware inner(o2);
   CHILD_CHECK(outer.Start(e1.get(), 1, 1).ok());
   CHILD_CHECK(inner.Start(e2.get(), 1, 1).ok());
@@ -229,7 +216,7 @@ TEST(CompletionTest, NestedCompletionStillRefusesTheOuterMiddleware) {
 int NoControlSubmitsFromOwnCompletion() {
   for (int bound : {1, 2}) {
     auto engine = NewMemoryEngine();
-    MiddlewareOptions o = Options(Mode::kNoControl);
+    MiddlewareOptions o = OnePermitOptions(Mode::kNoControl);
     o.no_control_max_inflight = bound;
     Middleware mw(o);
     CHILD_CHECK(mw.Start(engine.get(), 1, 1).ok());
@@ -268,8 +255,8 @@ TEST(CompletionTest, NoControlSubmitFromOwnCompletionNeverWaits) {
 TEST(CompletionTest, OtherThreadsAndOtherMiddlewaresAreNotRefused) {
   auto e1 = NewMemoryEngine();
   auto e2 = NewMemoryEngine();
-  Middleware mw(Options(Mode::kCallerRuns));
-  Middleware other(Options(Mode::kCallerRuns));
+  Middleware mw(OnePermitOptions(Mode::kCallerRuns));
+  Middleware other(OnePermitOptions(Mode::kCallerRuns));
   ASSERT_TRUE(mw.Start(e1.get(), 1, 1).ok());
   ASSERT_TRUE(other.Start(e2.get(), 1, 1).ok());
   ASSERT_TRUE(other.Put("k", "o").ok());
@@ -320,7 +307,7 @@ int LastReferenceCapturedByCompletion(Mode mode) {
   std::atomic<int> completed{0};
   std::weak_ptr<Middleware> weak;
   {
-    auto mw = std::make_shared<Middleware>(Options(mode));
+    auto mw = std::make_shared<Middleware>(OnePermitOptions(mode));
     weak = mw;
     CHILD_CHECK(mw->Start(engine.get(), 1, 1).ok());
     // Holds the only interactive permit (worker) until the application has queued the
@@ -371,7 +358,7 @@ TEST(CompletionTest, LastReferenceCapturedByCompletionStopsOnAThreadOfItsOwn) {
 // permit). ~Middleware ran there and waited for the permit that thread held.
 int CompletionDropsLastReference(Mode mode, bool submit_or_run) {
   auto engine = NewMemoryEngine();
-  std::shared_ptr<Middleware> holder = std::make_shared<Middleware>(Options(mode));
+  std::shared_ptr<Middleware> holder = std::make_shared<Middleware>(OnePermitOptions(mode));
   std::weak_ptr<Middleware> weak = holder;
   Middleware* mw = holder.get();
   CHILD_CHECK(mw->Start(engine.get(), 1, 1).ok());
@@ -411,7 +398,7 @@ TEST(CompletionTest, LastReferenceDroppedInsideCompletionInEveryMode) {
 // of the very thread calling it. Now NotSupported, and the middleware keeps running.
 int StopFromOwnCompletion(Mode mode, bool submit_or_run) {
   auto engine = NewMemoryEngine();
-  Middleware mw(Options(mode));
+  Middleware mw(OnePermitOptions(mode));
   CHILD_CHECK(mw.Start(engine.get(), 1, 1).ok());
   std::atomic<bool> done{false};
   Status stop;
@@ -449,7 +436,7 @@ TEST(CompletionTest, StopFromOwnCompletionIsRefused) {
 // completion the wait is refused; once it returns, the wait ends.
 int WaitsForDeferredStop() {
   auto engine = NewMemoryEngine();
-  std::shared_ptr<Middleware> holder = std::make_shared<Middleware>(Options(Mode::kCallerRuns));
+  std::shared_ptr<Middleware> holder = std::make_shared<Middleware>(OnePermitOptions(Mode::kCallerRuns));
   Middleware* mw = holder.get();
   CHILD_CHECK(mw->Start(engine.get(), 1, 1).ok());
   std::atomic<bool> dropped{false}, release{false};

@@ -31,28 +31,13 @@ namespace nvmw {
 namespace {
 
 using testing::InChild;
+using testing::Mode;
+using testing::ModeName;
+using testing::OnePermitOptions;
 using testing::NoLeaks;
 using testing::WaitUntil;
 
 constexpr const char* kHung = "(142 = 128 + SIGALRM: the child hung)";
-
-enum class Mode { kCallerRuns, kHandOff, kNoControl };
-
-const char* ModeName(Mode m) {
-  return m == Mode::kCallerRuns ? "caller-runs" : m == Mode::kHandOff ? "hand-off" : "no-control";
-}
-
-// One interactive permit (one worker with hand-off; one shared permit without
-// control): while a completion runs, every client waits for it.
-MiddlewareOptions Options(Mode m) {
-  MiddlewareOptions o;
-  o.max_threads = 4;
-  o.window_s = 60;
-  o.control = m != Mode::kNoControl;
-  o.execution = m == Mode::kHandOff ? Execution::kHandOff : Execution::kCallerRuns;
-  o.no_control_max_inflight = 1;
-  return o;
-}
 
 bool Refused(const Status& s) {
   if (s.code() == Status::Code::kNotSupported) return true;
@@ -119,7 +104,7 @@ ReplayOptions Looping() {
 // completion's permit: a hang. Every call that waits for the clients is refused there.
 int YcsbWaitingCallsInsideCompletion(Mode mode) {
   auto engine = NewMemoryEngine();
-  Middleware mw(Options(mode));
+  Middleware mw(OnePermitOptions(mode));
   CHILD_CHECK(mw.Start(engine.get(), 1, 1).ok());
   YcsbGenerator gen(Endless(), &mw);
   CHILD_CHECK(gen.Load().ok());
@@ -158,33 +143,32 @@ TEST(InsideCompletionTest, YcsbWaitingCallsAreRefused) {
   }
 }
 
-// ~YcsbGenerator in the completion stopped the clients and joined them, one of which
-// waited for the completion's permit: a hang. Now it returns at once and the clients
-// are joined on a thread of their own. Shared: the generator held the last reference
-// to the middleware, which goes on that thread too (and stops the middleware there).
-// Raw: the application stops the middleware once the deferred join is done.
-int YcsbDestroyedInsideCompletion(Mode mode, bool shared) {
+// Starts a driver (a generator or a replay) on mw: sharing its ownership (shared given)
+// or pointing at it (raw). nullptr if it did not start.
+using StartDriver =
+    std::function<std::shared_ptr<void>(std::shared_ptr<Middleware> shared, Middleware* raw)>;
+
+// The driver's destructor in the completion stopped the clients and joined them, one of
+// which waited for the completion's permit: a hang. Now it returns at once and the
+// clients are joined on a thread of their own. Shared: the driver held the last
+// reference to the middleware, which goes on that thread too (and stops the middleware
+// there). Raw: the application stops the middleware once the deferred join is done.
+int DriverDestroyedInsideCompletion(Mode mode, bool shared, const StartDriver& start) {
   auto engine = NewMemoryEngine();
-  std::unique_ptr<YcsbGenerator> gen;
+  std::shared_ptr<Middleware> sp;
   std::unique_ptr<Middleware> owned;
-  std::weak_ptr<Middleware> weak;
-  Middleware* mw = nullptr;
   if (shared) {
-    auto sp = std::make_shared<Middleware>(Options(mode));
-    weak = sp;
-    mw = sp.get();
-    CHILD_CHECK(mw->Start(engine.get(), 1, 1).ok());
-    gen = std::make_unique<YcsbGenerator>(Endless(), std::move(sp));
+    sp = std::make_shared<Middleware>(OnePermitOptions(mode));
   } else {
-    owned = std::make_unique<Middleware>(Options(mode));
-    mw = owned.get();
-    CHILD_CHECK(mw->Start(engine.get(), 1, 1).ok());
-    gen = std::make_unique<YcsbGenerator>(Endless(), mw);
+    owned = std::make_unique<Middleware>(OnePermitOptions(mode));
   }
-  CHILD_CHECK(gen->Load().ok());
-  CHILD_CHECK(gen->Start().ok());
-  CHILD_CHECK(InsideCompletionWithClientWaiting(mw, [&] { gen.reset(); }));
-  CHILD_CHECK(gen == nullptr);
+  Middleware* mw = shared ? sp.get() : owned.get();
+  const std::weak_ptr<Middleware> weak = sp;
+  CHILD_CHECK(mw->Start(engine.get(), 1, 1).ok());
+  std::shared_ptr<void> driver = start(std::move(sp), mw);
+  CHILD_CHECK(driver != nullptr);
+  CHILD_CHECK(InsideCompletionWithClientWaiting(mw, [&] { driver.reset(); }));
+  CHILD_CHECK(driver == nullptr);
   CHILD_CHECK(WaitForDeferredStops(30).ok());
   if (shared) {
     CHILD_CHECK(weak.expired());
@@ -198,20 +182,31 @@ int YcsbDestroyedInsideCompletion(Mode mode, bool shared) {
   return 0;
 }
 
-TEST(InsideCompletionTest, YcsbDestroyedInsideCompletionJoinsOnAThreadOfItsOwn) {
+void ExpectDestroyedInsideCompletionJoinsOnAThreadOfItsOwn(const StartDriver& start) {
   for (Mode mode : {Mode::kCallerRuns, Mode::kHandOff, Mode::kNoControl}) {
     for (bool shared : {true, false}) {
       SCOPED_TRACE(std::string(ModeName(mode)) + (shared ? " shared" : " raw"));
-      EXPECT_EQ(InChild([=] { return YcsbDestroyedInsideCompletion(mode, shared); }), 0) << kHung;
+      EXPECT_EQ(InChild([&] { return DriverDestroyedInsideCompletion(mode, shared, start); }), 0)
+          << kHung;
     }
   }
+}
+
+TEST(InsideCompletionTest, YcsbDestroyedInsideCompletionJoinsOnAThreadOfItsOwn) {
+  ExpectDestroyedInsideCompletionJoinsOnAThreadOfItsOwn(
+      [](std::shared_ptr<Middleware> shared, Middleware* raw) -> std::shared_ptr<void> {
+        auto gen = shared ? std::make_shared<YcsbGenerator>(Endless(), std::move(shared))
+                          : std::make_shared<YcsbGenerator>(Endless(), raw);
+        if (!gen->Load().ok() || !gen->Start().ok()) return nullptr;
+        return gen;
+      });
 }
 
 // ---- trace replay ----
 
 int ReplayWaitingCallsInsideCompletion(Mode mode) {
   auto engine = NewMemoryEngine();
-  Middleware mw(Options(mode));
+  Middleware mw(OnePermitOptions(mode));
   CHILD_CHECK(mw.Start(engine.get(), 1, 1).ok());
   Replay replay(LoopTrace(), Looping());
   CHILD_CHECK(replay.Start(&mw).ok());
@@ -243,46 +238,13 @@ TEST(InsideCompletionTest, ReplayWaitingCallsAreRefused) {
   }
 }
 
-int ReplayDestroyedInsideCompletion(Mode mode, bool shared) {
-  auto engine = NewMemoryEngine();
-  auto replay = std::make_unique<Replay>(LoopTrace(), Looping());
-  std::unique_ptr<Middleware> owned;
-  std::weak_ptr<Middleware> weak;
-  Middleware* mw = nullptr;
-  if (shared) {
-    auto sp = std::make_shared<Middleware>(Options(mode));
-    weak = sp;
-    mw = sp.get();
-    CHILD_CHECK(mw->Start(engine.get(), 1, 1).ok());
-    CHILD_CHECK(replay->Start(std::move(sp)).ok());
-  } else {
-    owned = std::make_unique<Middleware>(Options(mode));
-    mw = owned.get();
-    CHILD_CHECK(mw->Start(engine.get(), 1, 1).ok());
-    CHILD_CHECK(replay->Start(mw).ok());
-  }
-  CHILD_CHECK(InsideCompletionWithClientWaiting(mw, [&] { replay.reset(); }));
-  CHILD_CHECK(replay == nullptr);
-  CHILD_CHECK(WaitForDeferredStops(30).ok());
-  if (shared) {
-    CHILD_CHECK(weak.expired());
-  } else {
-    CHILD_CHECK(mw->running());
-    CHILD_CHECK(mw->Stop().ok());
-    owned.reset();
-  }
-  engine.reset();
-  CHILD_CHECK(NoLeaks());
-  return 0;
-}
-
 TEST(InsideCompletionTest, ReplayDestroyedInsideCompletionJoinsOnAThreadOfItsOwn) {
-  for (Mode mode : {Mode::kCallerRuns, Mode::kHandOff, Mode::kNoControl}) {
-    for (bool shared : {true, false}) {
-      SCOPED_TRACE(std::string(ModeName(mode)) + (shared ? " shared" : " raw"));
-      EXPECT_EQ(InChild([=] { return ReplayDestroyedInsideCompletion(mode, shared); }), 0) << kHung;
-    }
-  }
+  ExpectDestroyedInsideCompletionJoinsOnAThreadOfItsOwn(
+      [](std::shared_ptr<Middleware> shared, Middleware* raw) -> std::shared_ptr<void> {
+        auto replay = std::make_shared<Replay>(LoopTrace(), Looping());
+        const Status s = shared ? replay->Start(std::move(shared)) : replay->Start(raw);
+        return s.ok() ? replay : nullptr;
+      });
 }
 
 }  // namespace
