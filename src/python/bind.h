@@ -65,11 +65,6 @@ bool ShouldReleaseGil();
 // nvmw.errors.ShutdownError (`what` prefixes the message) once h is closed or stopped.
 std::shared_ptr<Middleware> AcquireMiddleware(PyMiddleware& h, const char* what);
 
-// Runs fn on a detached thread that the exit hook waits for (it may hold the last
-// reference to a middleware, or join client threads). False if the operating system
-// refuses the thread.
-bool RunDetached(std::function<void()> fn);
-
 // Raises NotSupportedError (`what` prefixes the message) when this thread is running a
 // completion callback of mw: a call of a generator or a replay driving mw that waits
 // for its client threads could wait for the permit that this very thread holds.

@@ -111,6 +111,23 @@ void StopReleasingGil(Middleware& mw) {
 // Threads started by RunDetached that have not finished (the exit hook waits).
 std::atomic<int> g_background_stops{0};
 
+// Runs fn on a detached thread that the exit hook waits for (it may hold the last
+// reference to a middleware). False if the operating system refuses the thread.
+bool RunDetached(std::function<void()> fn) {
+  g_background_stops.fetch_add(1, std::memory_order_acq_rel);
+  try {
+    std::thread([fn = std::move(fn)]() mutable {
+      fn();
+      fn = nullptr;  // what it holds (a middleware's last reference) goes before the count
+      g_background_stops.fetch_sub(1, std::memory_order_acq_rel);
+    }).detach();
+    return true;
+  } catch (const std::system_error&) {
+    g_background_stops.fetch_sub(1, std::memory_order_acq_rel);
+    return false;
+  }
+}
+
 // The middleware and the engine it runs on, freed together with the last holder.
 struct MiddlewareBox {
   MiddlewareBox(std::shared_ptr<PyEngine> e, const MiddlewareOptions& o)
@@ -154,8 +171,8 @@ void Register(const std::shared_ptr<Middleware>& mw) {
 // atexit: stop every live middleware (GIL released while each drains), so that all
 // accepted requests complete, and their callbacks run, before finalization begins.
 // Then wait (bounded) until every thread that was inside a middleware, generator or
-// replay call has taken the GIL back: each such call ends promptly once its
-// middleware is stopped.
+// replay call has taken the GIL back (each such call ends promptly once its
+// middleware is stopped), and for the threads that free things handed to them.
 void StopAllAtExit() {
   g_exiting = true;
   std::vector<std::weak_ptr<Middleware>> live;
@@ -171,6 +188,11 @@ void StopAllAtExit() {
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  // Generators and replays freed inside a callback join their clients on threads the
+  // core starts.
+  const double left_s =
+      std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+  (void)WaitForDeferredStops(std::max(0.0, left_s));
 }
 
 // The completion of an async request from Python: runs on a worker thread (or inline
@@ -232,21 +254,6 @@ CallWithoutGil::~CallWithoutGil() {
 std::shared_ptr<Middleware> AcquireMiddleware(PyMiddleware& h, const char* what) {
   if (!h.mw) ThrowIfError(Status::Shutdown(std::string(what) + ": middleware is closed"));
   return h.mw;
-}
-
-bool RunDetached(std::function<void()> fn) {
-  g_background_stops.fetch_add(1, std::memory_order_acq_rel);
-  try {
-    std::thread([fn = std::move(fn)]() mutable {
-      fn();
-      fn = nullptr;  // what it holds (a middleware's last reference) goes before the count
-      g_background_stops.fetch_sub(1, std::memory_order_acq_rel);
-    }).detach();
-    return true;
-  } catch (const std::system_error&) {
-    g_background_stops.fetch_sub(1, std::memory_order_acq_rel);
-    return false;
-  }
 }
 
 void RefuseInsideCompletion(const Middleware& mw, const char* what) {

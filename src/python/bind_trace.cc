@@ -208,20 +208,13 @@ using RecordTuple = std::tuple<int64_t, std::string, std::string, uint64_t>;
 // Freed by Python with the GIL held. The clients are joined with it released: a client
 // waiting for a permit may be waiting for an async request whose completion needs it.
 // Freed inside a completion callback of the middleware it was started on (the callback
-// dropped the last reference), a client may be waiting for the permit that the
-// callback's thread holds until the callback returns: the clients are told to stop,
-// and joined and freed on a thread of their own.
+// dropped the last reference), the core's destructor stops the clients and leaves
+// joining them to a thread of its own (the exit hook waits for it).
 struct PyReplay {
   PyReplay(const Trace& trace, const ReplayOptions& o) : replay(std::make_unique<Replay>(trace, o)) {}
   ~PyReplay() {
     replay->Stop();
-    if (std::shared_ptr<Middleware> mw = started_on.lock(); mw && mw->InCompletion()) {
-      Replay* r = replay.release();
-      if (!RunDetached([r] { delete r; })) {  // ~Replay joins the clients
-        std::fprintf(stderr, "nvmw: cannot start a thread to free a replay; leaking it\n");
-      }
-      return;
-    }
+    if (std::shared_ptr<Middleware> mw = started_on.lock(); mw && mw->InCompletion()) return;
     ReplayResult ignored;
     if (ShouldReleaseGil()) {
       nb::gil_scoped_release release;

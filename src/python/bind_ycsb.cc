@@ -102,21 +102,14 @@ std::shared_ptr<Middleware> RunningMiddleware(PyMiddleware& h) {
 // Freed by Python with the GIL held. The clients are joined with it released: a client
 // waiting for a permit may be waiting for an async request whose completion needs it.
 // Freed inside a completion callback of its middleware (the callback dropped the last
-// reference), a client may be waiting for the permit that the callback's thread holds
-// until the callback returns: the clients are told to stop, and joined and freed on a
-// thread of their own.
+// reference), the core's destructor stops the clients and leaves joining them to a
+// thread of its own (the exit hook waits for it).
 struct PyYcsbGenerator {
   PyYcsbGenerator(const YcsbOptions& o, std::shared_ptr<Middleware> m)
       : mw(m.get()), gen(std::make_unique<YcsbGenerator>(o, std::move(m))) {}
   ~PyYcsbGenerator() {
     gen->Stop();
-    if (mw->InCompletion()) {
-      YcsbGenerator* g = gen.release();
-      if (!RunDetached([g] { delete g; })) {  // ~YcsbGenerator joins the clients
-        std::fprintf(stderr, "nvmw: cannot start a thread to free a YCSB generator; leaking it\n");
-      }
-      return;
-    }
+    if (mw->InCompletion()) return;  // ~YcsbGenerator defers the join
     if (ShouldReleaseGil()) {
       nb::gil_scoped_release release;
       (void)gen->Join();
