@@ -50,6 +50,17 @@ class StopSignals:
     def _handler(self, _signum, _frame) -> None:
         self.event.set()
 
+    def ignore_to_exit(self) -> None:
+        """For a process that ends with the command: ignores the signals from now on,
+        then unblocks them. A restore() would put back the default actions, and a second
+        signal in the moments the process takes to exit after the drain (Python's
+        shutdown resets its own handlers to the default action) would end it with -15 or
+        130, or a KeyboardInterrupt traceback, where the drain finished with status 0."""
+        for sig in self._old:
+            signal.signal(sig, signal.SIG_IGN)
+        self.deliver()
+        self._old.clear()
+
     def restore(self) -> None:
         """Unblocks, then puts back the handlers found at install."""
         self.deliver()

@@ -228,6 +228,39 @@ def test_a_stop_signal_across_the_re_execution_exits_cleanly_and_leaves_no_pool(
     assert_no_traceback(child)
 
 
+# The command line as `python -m nvmw` runs it, held after the command has returned (as
+# Python's shutdown would hold it a moment) until the test has sent its second signal.
+AFTER_LAUNCH = """
+import os, sys, time
+from nvmw import cli
+rc = cli.main(sys.argv[1:])
+print("COMMAND RETURNED", file=sys.stderr, flush=True)
+while not os.path.exists(os.environ["NVMW_TEST_RELEASE"]):
+    time.sleep(0.01)
+sys.exit(rc)
+"""
+
+
+@pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_second_signal_after_the_drain_leaves_status_0(tmp_path, second):
+    # A second Ctrl-C (or a supervisor's second SIGTERM) that comes after the drain, while
+    # the process exits, is ignored as one during the drain is: status 0, no traceback
+    # (the handlers put back at the end of the command ended it with 130, -2 or -15).
+    release = tmp_path / "release"
+    env = dict(child_env(), NVMW_TEST_RELEASE=str(release))
+    child = Child("--port", "0", "--engine", "memory", launch=AFTER_LAUNCH, env=env)
+    child.wait_for(r"listening on")
+    child.proc.send_signal(signal.SIGTERM)
+    child.wait_for(r"^COMMAND RETURNED", stream="err")
+    child.proc.send_signal(second)
+    release.touch()
+    rc = child.finish()
+    assert rc == 0, child.text()
+    assert "nvmw serve: drained and closed" in "".join(child.out), child.text()
+    assert "interrupted" not in "".join(child.err), child.text()
+    assert_no_traceback(child)
+
+
 def test_sighup_drains_like_sigterm(tmp_path):
     before = set(glob.glob("/dev/shm/nvmw-serve-*"))
     child = Child("--port", "0", "--window", "0.2")

@@ -107,12 +107,16 @@ def _print_window(row: dict) -> None:
 
 def run(args: argparse.Namespace) -> int:
     global _early_stop
+    own_process = _early_stop is not None  # this process runs `nvmw serve` and ends with it
     signals = _early_stop or StopSignals().install(block=True)
     _early_stop = None
     try:
         return _serve(args, signals)
     finally:
-        signals.restore()
+        if own_process:
+            signals.ignore_to_exit()  # a signal while the process exits leaves status 0
+        else:
+            signals.restore()
 
 
 def _serve(args: argparse.Namespace, signals: StopSignals) -> int:
