@@ -14,7 +14,7 @@ import sys
 from typing import Any, Callable, Optional
 
 from nvmw.lab.runs import shipped_agent_path
-from nvmw.rl.policy import load_beside
+from nvmw.rl.policy import check_layout, load_beside
 from nvmw.rl.simrun import run_greedy, run_static, static_config
 
 _DEFAULTS = {"phase": "1", "controller": "fixed:15,15", "windows": "10", "window": "0.1",
@@ -72,12 +72,18 @@ def parse(words: list) -> Optional[Callable[[], int]]:
 def _greedy_policy(controller: str, device: str) -> Any:
     """The greedy policy of "q-learning" (the shipped agent for `device`) or
     "q-learning:FILE", from the policy file beside the agent; None for any other
-    controller, a missing agent, or an agent without a current policy file (the full
-    command line then loads the agent, or reports the error)."""
+    controller, a missing agent, an agent without a current policy file or one of another
+    layout (the full command line then loads the agent, or reports the error)."""
     kind, _, arg = controller.partition(":")
     if kind != "q-learning":
         return None
     path = arg or shipped_agent_path(device)
     if not os.path.isfile(path):
         return None
-    return load_beside(path)
+    policy = load_beside(path)
+    try:
+        if policy is not None:
+            check_layout(policy.n_actions, policy.n_features, path)
+    except ValueError:
+        return None
+    return policy

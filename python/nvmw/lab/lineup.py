@@ -28,7 +28,7 @@ from nvmw.control.controllers import (AIMD, AgentController, Controller, Fixed, 
                                       OnlineAgentController, OracleFixed)
 from nvmw.control.sla import SLASpec
 from nvmw.lab.runs import shipped_agent_path, shipped_oracle_path
-from nvmw.rl.policy import load_beside
+from nvmw.rl.policy import check_layout, load_beside
 
 #: The built-in controller names (fixed takes ":I,B").
 CONTROLLER_NAMES = ("none", "fixed:I,B", "oracle", "aimd", "gradient", "q-learning[:FILE]", "q-learning-online[:FILE]")
@@ -135,6 +135,7 @@ def _q_learning(arg: str, ctx: ControllerContext) -> Controller:
     # (its module imports scikit-learn) only to learn, or without a current policy file.
     policy = None if ctx.online else load_beside(path)
     if policy is not None:
+        check_layout(policy.n_actions, policy.n_features, path)
         return AgentController(policy, name=name)
     from nvmw.rl.agent import QLearningAgent
 

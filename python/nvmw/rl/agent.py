@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from nvmw import _core
 from nvmw.control.loop import drive
-from nvmw.rl.policy import GreedyPolicy, save_beside
+from nvmw.rl.policy import GreedyPolicy, check_layout, save_beside
 
 #: Thesis Table 3.3 actions and Table 3.2 state features, as the core defines them.
 N_ACTIONS = int(_core.N_ACTIONS)
@@ -474,7 +474,9 @@ class QLearningAgent:
             raise ValueError(f"{path}: not an nvmw agent file ({type(e).__name__}: {e})") from None
         if not isinstance(blob, dict) or blob.get("format") != "nvmw-qagent-1" or not isinstance(blob.get("agent"), cls):
             raise ValueError(f"{path}: not an nvmw agent file")
-        return blob["agent"]
+        agent = blob["agent"]
+        check_layout(agent.n_actions, getattr(agent, "n_features_in_", None), path)
+        return agent
 
 
 def export_policy_file(path: str | os.PathLike) -> str:

@@ -29,6 +29,18 @@ FORMAT = "nvmw-qpolicy-1"
 FEATURE_TRANSFORMS = ("log1p", "none")
 
 
+def check_layout(n_actions: Any, n_features: Any, path: "str | os.PathLike") -> None:
+    """ValueError naming `path` unless an agent or policy of `n_actions` actions over
+    `n_features` state features fits this controller: the core's Table 3.3 actions and
+    Table 3.2 state features. One of another layout would pick among other actions (a
+    subset, or indices the middleware refuses) or read the state wrongly."""
+    want = (int(_core.N_ACTIONS), len(_core.STATE_NAMES))
+    if (n_actions, n_features) != want:
+        raise ValueError(f"{os.fspath(path)}: an agent of {n_actions} actions over {n_features} state features; "
+                         f"the controller has {want[0]} actions (thesis Table 3.3) over {want[1]} state features "
+                         "(Table 3.2): train one for them with `nvmw train`")
+
+
 def policy_path(agent_path: "str | os.PathLike") -> str:
     """The policy file beside an agent file: NAME.policy.json for NAME.joblib."""
     p = os.fspath(agent_path)
@@ -183,4 +195,4 @@ def load_beside(agent_path: "str | os.PathLike") -> "GreedyPolicy | None":
         return None
 
 
-__all__ = ["FORMAT", "GreedyPolicy", "policy_path", "file_sha256", "save_beside", "load_beside"]
+__all__ = ["FORMAT", "GreedyPolicy", "check_layout", "policy_path", "file_sha256", "save_beside", "load_beside"]
