@@ -56,3 +56,53 @@ def test_an_agent_of_the_controllers_layout_still_loads(tmp_path):
     path = _agent(tmp_path / "same.joblib", N_ACTIONS, N_FEATURES)
     assert QLearningAgent.load(path).n_actions == N_ACTIONS
     assert make_controller(f"q-learning:{path}").act(np.zeros(N_FEATURES), {}) in range(N_ACTIONS)
+
+
+# --- monitor windows too short to measure -----------------------------------------
+
+@pytest.mark.parametrize("argv", [
+    ["sim", "run", "--phase", "1", "--windows", "2", "--window", "1e-6"],          # was: p99 0 at 0 ops/s
+    ["sim", "run", "--phase", "1", "--windows", "2", "--window", "1e-6", "--controller", "aimd"],
+    ["evaluate", "--env", "sim", "--steps", "2", "--switch-every", "1", "--window", "1e-6",
+     "--controllers", "fixed:4,4"],                                                # was: a report of nothing
+    ["collect", "--env", "sim", "--steps", "2", "--episodes", "1", "--phases", "1", "--window", "1e-6"],
+])
+def test_a_window_shorter_than_the_middlewares_is_refused_at_parse_time(tmp_path, capsys, argv):
+    out = tmp_path / "out"
+    if argv[0] in ("evaluate", "collect"):
+        argv = argv + ["--out", str(out)]
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--window" in err and "must be >= 0.001" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_the_environments_refuse_a_window_the_middleware_would(tmp_path):
+    from nvmw.rl import SyntheticEnv
+    from nvmw.rl.sim import SimEnv
+    from nvmw.rl.simrun import run_static
+
+    for w in (1e-6, 0.0, -1.0, float("nan"), 1e6):
+        for make in (lambda: SimEnv(1, window_s=w), lambda: SyntheticEnv(window_s=w),
+                     lambda: run_static(1, windows=1, window_s=w)):
+            with pytest.raises(ValueError, match=r"window_s must be a number in \[0.001, 86400\]"):
+                make()
+    assert run_static(1, windows=1, window_s=0.001)[0]["ops_per_s"] > 0
+
+
+def test_a_sweep_header_with_a_window_too_short_names_the_file(tmp_path, capsys):
+    import json
+
+    from nvmw.lab.calibration import load_sweep
+
+    p = tmp_path / "sweep.json"
+    rows = [{"phase": 1, "interactive_threads": 2, "batch_threads": 1, "p99_us": 150.0, "throughput": 4000.0}]
+    p.write_text(json.dumps({"rows": rows, "run": {"window_s": 1e-6}}))
+    with pytest.raises(ValueError, match="run.window_s must be in"):
+        load_sweep(str(p))
+    out = tmp_path / "fit.json"
+    assert main(["sim", "fit", str(p), "--windows", "1", "--max-evals", "2", "--out", str(out)]) == 1
+    _one_error_line(capsys, str(p), "run.window_s")
+    assert not out.exists()

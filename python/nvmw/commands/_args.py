@@ -52,7 +52,7 @@ def add_store_args(p: argparse.ArgumentParser, *, device_default: str = "none", 
     p.add_argument("--pool", dest="path", action=_DeprecatedAlias, new_name="--path", help=argparse.SUPPRESS)
     p.add_argument("--device", default=device_default,
                    help="emulated device profile: none | optane-1dimm | optane-6dimm (default %(default)s)")
-    p.add_argument("--window", type=float_in(0.0, 3600.0), default=window_default,
+    p.add_argument("--window", type=window_seconds, default=window_default,
                    help="monitor window, s (default %(default)s)")
 
 
@@ -222,6 +222,9 @@ nonneg_int = int_in(0)
 positive_float = float_in(0.0)
 nonneg_float = float_in(0.0, strict=False)
 fraction = float_in(0.0, 1.0, strict=False)
+#: A monitor window, s: from the middleware's shortest (1 ms; the simulator is held to it
+#: too) to an hour.
+window_seconds = float_in(0.001, 3600.0, strict=False)
 
 
 def check_output_file(path: Optional[str], option: str) -> None:

@@ -8,7 +8,6 @@ file, a malformed value) goes to the full parser, which reports errors as usual.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 from typing import Any, Callable, Optional
@@ -47,7 +46,7 @@ def parse(words: list) -> Optional[Callable[[], int]]:
         window = float(opts["window"])
     except ValueError:
         return None
-    if phase < 1 or windows < 1 or seed < 0 or not (0 < window <= 3600 and math.isfinite(window)):
+    if phase < 1 or windows < 1 or seed < 0 or not 0.001 <= window <= 3600:
         return None
     static = static_config(opts["controller"])
     policy = None if static is not None else _greedy_policy(opts["controller"], opts["device"])

@@ -9,7 +9,7 @@ import argparse
 import json
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import check_output_file, float_in, int_in, nonneg_int, positive_int
+from nvmw.commands._args import check_output_file, int_in, nonneg_int, positive_int, window_seconds
 from nvmw.commands._args import add_pool_args, pool_config
 from nvmw.lab.calibration import load_sweep
 from nvmw.lab.lineup import deprecated
@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "0 interactive and 0 batch threads are no-control runs)")
     q.add_argument("--out", required=True, help="parameter file to write")
     q.add_argument("--device", default=None, help="device profile (default: the sweep's)")
-    q.add_argument("--window", type=float_in(0.0, 3600.0), default=None, help="window, s (default: the sweep's)")
+    q.add_argument("--window", type=window_seconds, default=None, help="window, s (default: the sweep's)")
     q.add_argument("--windows", type=positive_int, default=8, help="simulated windows per configuration (default %(default)s)")
     q.add_argument("--max-evals", type=positive_int, default=150, help="Nelder-Mead evaluations (default %(default)s)")
     q.add_argument("--start", default=None, help="starting parameters (file or name; default: built-in)")
@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("sweep", nargs="+")
     q.add_argument("--params", default=None, help="parameter file or name (default: the shipped fit)")
     q.add_argument("--device", default=None)
-    q.add_argument("--window", type=float_in(0.0, 3600.0), default=None)
+    q.add_argument("--window", type=window_seconds, default=None)
     q.add_argument("--windows", type=positive_int, default=8)
     q.add_argument("--seed", type=nonneg_int, default=1)
     q.add_argument("--exact", action="store_true", help="simulate every window whole (no fast-forward)")
@@ -54,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_pool_args(q, default=(15, 15), any_controller=True)
     q.add_argument("--threads", type=int_in(1, 4096), nargs=2, default=None, metavar=("I", "B"), help=argparse.SUPPRESS)
     q.add_argument("--windows", type=positive_int, default=10)
-    q.add_argument("--window", type=float_in(0.0, 3600.0), default=0.1)
+    q.add_argument("--window", type=window_seconds, default=0.1)
     q.add_argument("--device", default="optane-1dimm")
     q.add_argument("--params", default=None)
     q.add_argument("--seed", type=nonneg_int, default=0)

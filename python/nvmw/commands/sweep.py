@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import check_output_dir, float_in, fraction, int_in, nonneg_int, positive_float, positive_int
+from nvmw.commands._args import check_output_dir, fraction, int_in, nonneg_int, positive_float, positive_int, window_seconds
 from nvmw.commands._util import ensure_pmem_force, print_json
 from nvmw.lab.sweep import SweepConfig, quick_config, run_sweep
 
@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="emulated device profile (default none)")
     p.add_argument("--engine", choices=["memory", "pmem"], default=None,
                    help="engine (default memory; pmem pools live on /dev/shm)")
-    p.add_argument("--window", type=float_in(0.0, 3600.0), default=None, help="middleware window, s (default 1)")
+    p.add_argument("--window", type=window_seconds, default=None, help="middleware window, s (default 1)")
     p.add_argument("--interval", type=positive_float, default=None,
                    help="YCSB p99 sampling interval for the box plot, s (default 0.5)")
     p.add_argument("--batch-scale", type=positive_float, default=None,

@@ -15,6 +15,7 @@ from nvmw.control.controllers import Fixed, NoControl, OracleFixed
 from nvmw.control.loop import drive
 from nvmw.control.sla import SLASpec
 from nvmw.rl.envs import ControlEnv
+from nvmw.rl.simrun import WINDOW_S_RANGE
 from nvmw.workloads.phases import DEFAULT_PHASES
 
 DEFAULT_GRID = (1, 2, 4, 8, 16, 32)
@@ -307,6 +308,10 @@ def _check_header(run: Any, path: Any) -> None:
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
                               or v <= 0):
             raise ValueError(f"{path}: run.{key} must be a finite number > 0, got {v!r}")
+    lo, hi = WINDOW_S_RANGE
+    if run.get("window_s") is not None and not lo <= run["window_s"] <= hi:
+        raise ValueError(f"{path}: run.window_s must be in [{lo:g}, {hi:g}] s (the middleware's windows), "
+                         f"got {run['window_s']!r}")
     if "device" in run and not isinstance(run["device"], str):
         raise ValueError(f"{path}: run.device must be a device profile name, got {run['device']!r}")
 

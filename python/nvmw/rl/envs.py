@@ -28,6 +28,7 @@ from nvmw import _core
 from nvmw.control.loop import ControlLoop, Reading, check_threads
 from nvmw.control.sla import SLASpec, load_spec
 from nvmw.middleware import Middleware
+from nvmw.rl.simrun import check_window_s
 from nvmw.workloads.phases import DEFAULT_PHASES, Phase, PhaseWorkload, list_phases, load_phase
 
 
@@ -49,6 +50,7 @@ class ControlEnv(gym.Env):
             raise ValueError(f"phase must be one of {self.phases}, got {phase!r}")
         if max_episode_steps < 1:
             raise ValueError("max_episode_steps must be >= 1")
+        window_s = check_window_s(window_s)
         if initial_threads is not None:
             check_threads(initial_threads, max_threads)
         self.phase = int(phase)
@@ -182,8 +184,7 @@ class RealEnv(ControlEnv):
                  device: str | None = "optane-1dimm", control: bool = True, max_threads: int = 32,
                  initial_threads: tuple[int, int] | None = None, warmup_windows: int = 1,
                  window_timeout_s: float | None = None, rate_scale: float = 1.0):
-        if not window_s > 0:
-            raise ValueError(f"window_s must be > 0, got {window_s}")
+        window_s = check_window_s(window_s)
         self._phase_defs: dict[int, Phase] = {}
         if isinstance(phase, Phase):
             self._phase_defs[phase.number] = phase

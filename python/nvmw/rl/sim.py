@@ -26,6 +26,7 @@ from nvmw.control.loop import Reading
 from nvmw.control.sla import SLASpec
 from nvmw.devices import load_profile
 from nvmw.rl.envs import ControlEnv
+from nvmw.rl.simrun import check_window_s
 from nvmw.workloads.phases import phase_workloads
 
 # Parameter files: nvmw.rl.simparams (importable without NumPy or Gymnasium).
@@ -54,8 +55,7 @@ class SimEnv(ControlEnv):
                  max_threads: int = 32, initial_threads: tuple[int, int] | None = None,
                  params: Any = None, warmup_windows: int = 1, trace_seeds: int = 4,
                  no_control_max_inflight: int = 200, exact: bool = False):
-        if not window_s > 0:
-            raise ValueError(f"window_s must be > 0, got {window_s}")
+        window_s = check_window_s(window_s)
         super().__init__(phase, max_episode_steps=max_episode_steps, sla=sla, max_threads=max_threads,
                          initial_threads=initial_threads, control=control, window_s=window_s)
         self.device = device or "none"
