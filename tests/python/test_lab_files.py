@@ -106,3 +106,67 @@ def test_a_sweep_header_with_a_window_too_short_names_the_file(tmp_path, capsys)
     assert main(["sim", "fit", str(p), "--windows", "1", "--max-evals", "2", "--out", str(out)]) == 1
     _one_error_line(capsys, str(p), "run.window_s")
     assert not out.exists()
+
+
+# --- schedules past the core's clock ------------------------------------------------
+
+def _azure_file(tmp_path) -> str:
+    from nvmw.workloads import traces
+
+    p = tmp_path / "az.csv"
+    traces.synth("azure", rows=50, seed=3).write(str(p), "azure", seed=3, shuffle=False)
+    return str(p)
+
+
+def test_replay_refuses_a_pace_too_slow_to_schedule(tmp_path, capsys):
+    path = _azure_file(tmp_path)
+    # Was: every request due "now" (the schedule wrapped), p99 9e15 us, offered -2e-8 ops/s.
+    assert main(["replay", path, "--accel", "1e-300", "--duration", "0.2"]) == 2
+    _one_error_line(capsys, "accel 1e-300", "too slow to schedule")
+    assert main(["replay", path, "--accel", "1e-3", "--duration", "0.1", "--json"]) == 0
+
+
+def test_replay_durations_past_the_clock_are_refused(tmp_path, capsys):
+    from nvmw.workloads import traces
+
+    # Was: the end time wrapped into the past, 0 requests replayed, exit 0.
+    with pytest.raises(SystemExit) as e:
+        main(["replay", _azure_file(tmp_path), "--duration", "1e300"])
+    assert e.value.code == 2 and "--duration" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="duration_s must be in"):
+        traces.replay_options(duration_s=1e300)
+    assert traces.replay_options(duration_s=traces.MAX_SCHEDULE_S)["duration_s"] == traces.MAX_SCHEDULE_S
+
+
+def test_check_pace_covers_one_record_traces():
+    from nvmw import _core
+    from nvmw.workloads import traces
+
+    one = _core.Trace.from_records([(0, "read", "k", 10)])
+    assert traces.check_pace(one, 1e-6) == 1e-6      # one record repeats every 1e6 s
+    with pytest.raises(ValueError, match="too slow"):
+        traces.check_pace(one, 1e-10)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="finite number > 0"):
+            traces.check_pace(one, bad)
+
+
+def test_run_phase_and_the_simulator_refuse_a_rate_scale_too_slow_to_schedule(capsys):
+    from nvmw.workloads.phases import phase_workloads
+
+    # Was: "offered -0" and an interactive p99 of 9e15 us.
+    assert main(["run-phase", "1", "--duration", "0.2", "--window", "0.1", "--rate-scale", "1e-300"]) == 2
+    _one_error_line(capsys, "rate scale 1e-300", "too slow to schedule")
+    with pytest.raises(ValueError, match="too slow to schedule"):
+        phase_workloads(1, 0, rate_scale=1e-300)
+
+
+def test_ycsb_durations_past_the_clock_are_refused(capsys):
+    from nvmw.workloads.ycsb import YcsbConfig
+
+    # Was: the deadline wrapped into the past: 0 operations, exit 0.
+    with pytest.raises(ValueError, match="duration_s must be at most"):
+        YcsbConfig(duration_s=1e300).validate()
+    with pytest.raises(SystemExit) as e:
+        main(["ycsb", "--duration", "1e300", "--threads", "1"])
+    assert e.value.code == 2 and "--duration" in capsys.readouterr().err

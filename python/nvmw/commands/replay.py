@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import fraction, int_in, nonneg_float, nonneg_int, positive_float, positive_int
+from nvmw.commands._args import float_in, fraction, int_in, nonneg_float, nonneg_int, positive_float, positive_int
 from nvmw.commands._args import add_pool_args, add_store_args, argv_of, pool_config, pool_path
 from nvmw.commands._util import cores, print_json
 from nvmw.errors import NvmwError
@@ -27,7 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int_in(1, 4096), default=16, help="client threads (default %(default)s)")
     p.add_argument("--accel", type=positive_float, default=1.0, help="pace acceleration (default %(default)s)")
     p.add_argument("--loop", action="store_true", help="start over at the end (needs --duration)")
-    p.add_argument("--duration", type=nonneg_float, default=0.0, help="stop issuing after this many seconds")
+    p.add_argument("--duration", type=float_in(0.0, traces.MAX_SCHEDULE_S, strict=False), default=0.0,
+                   help="stop issuing after this many seconds (default 0: at the trace's end)")
     f = p.add_argument_group("filters and transforms")
     f.add_argument("--start", type=nonneg_float, default=None, help="keep records at or after this offset, s")
     f.add_argument("--end", type=nonneg_float, default=None, help="keep records before this offset, s")

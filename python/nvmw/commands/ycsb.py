@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import add_pool_args, add_store_args, argv_of, fraction, int_in, nonneg_float, nonneg_int, pool_config, pool_path, positive_float, positive_int
+from nvmw.commands._args import add_pool_args, add_store_args, argv_of, float_in, fraction, int_in, nonneg_float, nonneg_int, pool_config, pool_path, positive_int
 from nvmw.commands._util import cores, print_json
 from nvmw.middleware import Middleware
+from nvmw.workloads.traces import MAX_SCHEDULE_S
 from nvmw.workloads.ycsb import YcsbConfig, measure_capacity, run_ycsb
 
 
@@ -20,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "issue (no-op engine: direct, no-control, middleware).")
     p.add_argument("--records", type=positive_int, default=10_000, help="records loaded first (default %(default)s)")
     p.add_argument("--ops", type=nonneg_int, default=0, help="operations to run, over all threads (0: use --duration)")
-    p.add_argument("--duration", type=positive_float, default=None,
+    p.add_argument("--duration", type=float_in(0.0, MAX_SCHEDULE_S), default=None,
                    help="seconds to run (default 5 when --ops is not given; with both, first reached ends)")
     p.add_argument("--read-proportion", type=fraction, default=0.5)
     p.add_argument("--update-proportion", type=fraction, default=None,

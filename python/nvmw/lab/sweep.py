@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional
 from nvmw import _core
 from nvmw.errors import Interrupted
 from nvmw.middleware import DEFAULT_MAX_THREADS, Middleware
+from nvmw.workloads import traces
 from nvmw.workloads.ycsb import YcsbConfig, YcsbWorkload
 
 DEFAULT_GRID_I = (1, 2, 4, 8, 16, 32)
@@ -218,6 +219,7 @@ def run_sweep(config: Optional[SweepConfig] = None,
     cfg = (config or SweepConfig()).validate()
     say = progress or (lambda line: None)
     trace = batch_trace(cfg)
+    traces.check_pace(trace, cfg.batch_accel, "batch_accel")
     load_before = os.getloadavg()[0]  # the machine is shared: say how busy it was
     rows: list = []
     per_config: list = []

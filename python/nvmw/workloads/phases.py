@@ -274,10 +274,14 @@ def build_trace(spec: ClassWorkload, seed: int, key_prefix: str = "") -> "_core.
 
 def _accel(spec: ClassWorkload, trace: "_core.Trace", rate_scale: float) -> float:
     if spec.accel is not None:
-        return float(spec.accel) * rate_scale
-    # Native rate of the trace as the replay schedules it (span plus one mean gap).
-    native = _core.Replay(trace, {"threads": 1, "preload": False}).offered_ops_per_s
-    return float(spec.target_ops_per_s) * rate_scale / native
+        accel = float(spec.accel) * rate_scale
+        what = f"accel {spec.accel:g} x rate scale {rate_scale:g}: the pace"
+    else:
+        # Native rate of the trace as the replay schedules it (span plus one mean gap).
+        native = _core.Replay(trace, {"threads": 1, "preload": False}).offered_ops_per_s
+        accel = float(spec.target_ops_per_s) * rate_scale / native
+        what = f"target {spec.target_ops_per_s:g} ops/s x rate scale {rate_scale:g}: the pace"
+    return traces.check_pace(trace, accel, what)
 
 
 class PhaseWorkload:

@@ -3,6 +3,7 @@
 replay open-loop through a middleware. Thin wrappers over `nvmw._core` (C++)."""
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Optional
 
@@ -11,6 +12,11 @@ from nvmw import _core
 FORMATS = ("azure", "native")
 SYNTH_KINDS = ("azure", "svd")
 CLASSES = ("interactive", "batch", "auto")
+
+#: The longest schedule a replay or a synthetic trace may span, s (about 31 years): the
+#: core counts trace and replay time in int64 micro- and nanoseconds (2^63 ns is about
+#: 292 years), and a schedule past that wraps to negative times instead of failing.
+MAX_SCHEDULE_S = 1e9
 
 #: Keys of the dict printed by `nvmw trace stats --json` (see docs/workloads-trace.md).
 STATS_KEYS = ("rows", "reads", "writes", "skipped_rows", "bytes_p50", "bytes_p99", "duration_s")
@@ -72,6 +78,23 @@ def shape(trace: "_core.Trace", *, start_s: Optional[float] = None, end_s: Optio
     return trace
 
 
+def check_pace(trace: "_core.Trace", accel: float, what: str = "accel") -> float:
+    """`accel` as a float; ValueError (naming `what`) unless it is finite and > 0 and the
+    replay of `trace` it paces fits MAX_SCHEDULE_S: the trace's span plus one mean gap
+    (a second for a one-record trace), the loop period the replay schedules, divided by
+    `accel`."""
+    accel = float(accel)
+    if not (accel > 0 and math.isfinite(accel)):
+        raise ValueError(f"{what} must be a finite number > 0, got {accel!r}")
+    n = len(trace)
+    span_s = float(trace.summary()["duration_s"]) if n else 0.0
+    gap_s = span_s / (n - 1) if n > 1 and span_s > 0 else 1.0
+    if (span_s + gap_s) / accel > MAX_SCHEDULE_S:
+        raise ValueError(f"{what} {accel:g} stretches the trace's {span_s:g} s (plus one {gap_s:g} s gap) past "
+                         f"{MAX_SCHEDULE_S:g} s: too slow to schedule")
+    return accel
+
+
 def replay_options(*, threads: int = 16, cls: str = "interactive", accel: float = 1.0,
                    loop: bool = False, duration_s: float = 0.0, preload: bool = True,
                    seed: int = 0, max_value_bytes: int = 0) -> dict:
@@ -85,8 +108,8 @@ def replay_options(*, threads: int = 16, cls: str = "interactive", accel: float 
         raise ValueError(f"threads must be >= 1, got {threads}")
     if not accel > 0:
         raise ValueError(f"accel must be > 0, got {accel}")
-    if duration_s < 0:
-        raise ValueError(f"duration_s must be >= 0, got {duration_s}")
+    if not 0 <= duration_s <= MAX_SCHEDULE_S:
+        raise ValueError(f"duration_s must be in [0, {MAX_SCHEDULE_S:g}] s, got {duration_s}")
     if loop and duration_s == 0:
         raise ValueError("loop needs a duration_s (or use _core.Replay.stop() yourself)")
     if max_value_bytes < 0:
@@ -98,5 +121,8 @@ def replay_options(*, threads: int = 16, cls: str = "interactive", accel: float 
 
 def replay(trace: "_core.Trace", core_middleware: "_core.Middleware", **options: Any) -> dict:
     """Replay `trace` through a running `_core.Middleware` (``nvmw.Middleware(...).core``)
-    and wait for the result dict (latency from the scheduled time; see `replay_options`)."""
-    return _core.Replay(trace, replay_options(**options)).run(core_middleware)
+    and wait for the result dict (latency from the scheduled time; see `replay_options`).
+    ValueError when the trace at that `accel` is too slow to schedule (`check_pace`)."""
+    opts = replay_options(**options)
+    check_pace(trace, opts["accel"])
+    return _core.Replay(trace, opts).run(core_middleware)

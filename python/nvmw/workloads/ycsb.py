@@ -11,6 +11,7 @@ from typing import Any, Iterable, Optional
 from nvmw import _core
 from nvmw.errors import InvalidArgumentError
 from nvmw.middleware import DEFAULT_MAX_THREADS, _integer
+from nvmw.workloads.traces import MAX_SCHEDULE_S
 
 DISTRIBUTIONS = ("uniform", "zipfian", "latest")
 CLASSES = ("interactive", "batch", "auto")
@@ -70,6 +71,10 @@ class YcsbConfig:
             raise ValueError(f"read + update + insert proportions must sum to 1, got {total:g}")
         if self.operation_count <= 0 and self.duration_s <= 0:
             raise ValueError("set operation_count or duration_s")
+        if not self.duration_s <= MAX_SCHEDULE_S:
+            # The deadline is a steady-clock time point in int64 nanoseconds: past that range
+            # it wrapped into the past and the run ended at once with no operations.
+            raise ValueError(f"duration_s must be at most {MAX_SCHEDULE_S:g} s, got {self.duration_s:g}")
         if self.target_ops_per_s > 0 and 1e9 * max(self.threads, 1) / self.target_ops_per_s > _MAX_GAP_NS:
             # Each thread waits threads / rate between requests, counted in int64 nanoseconds
             # by the generator: a gap past that range overflows and the run never ends.
