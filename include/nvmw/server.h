@@ -46,7 +46,9 @@ struct ServerOptions {
   // served. No effect when a password is set.
   bool protected_mode = true;
   // Connections open at once; one more is answered "-ERR max number of clients
-  // reached" and closed (Redis's maxclients default).
+  // reached" and closed (Redis's maxclients default). As Redis does, Start lowers it
+  // to what the open-file limit (RLIMIT_NOFILE) leaves room for, beside the descriptors
+  // open at Start, the loops' and 32 more; max_clients() tells the cap in effect.
   size_t max_clients = 10000;
   // Largest argument ($<len>) accepted; a larger one is a protocol error (Redis's
   // proto-max-bulk-len default, 512 MB).
@@ -116,6 +118,9 @@ class Server {
   Status Start(Middleware* mw, Engine* engine, const ServerOptions& options);
   // The port listened on (the actual one when options.port was 0); 0 before Start.
   int port() const;
+  // The client cap in effect: options.max_clients, or less when the open-file limit
+  // leaves room for fewer clients (see ServerOptions::max_clients); 0 before Start.
+  size_t max_clients() const;
   // Graceful: stops accepting, lets commands in flight finish, flushes their replies
   // (bounded by stop_timeout_s), closes every connection and joins the io threads.
   // Idempotent.

@@ -90,6 +90,9 @@ void BindServer(nb::module_& m) {
            "Bind, listen and start the io threads (StorageIOError when the address is taken).")
       .def_prop_ro("port", [](PyServer& self) { return self.server->port(); },
                    "The port listened on (the actual one when 0 was asked); 0 before start().")
+      .def_prop_ro("max_clients", [](PyServer& self) { return self.server->max_clients(); },
+                   "The client cap in effect: max_clients, or less when the open-file limit\n"
+                   "leaves room for fewer clients (Server::max_clients); 0 before start().")
       .def("stop",
            [](PyServer& self) {
              Status s;

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -21,6 +22,7 @@
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -73,6 +75,33 @@ bool IsLoopbackPeer(const sockaddr_storage& addr) {
     return IN6_IS_ADDR_LOOPBACK(&a) || (IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127);
   }
   return false;
+}
+
+// Descriptors kept for the process besides client connections, on top of those open
+// at Start and the loops' own (Redis's CONFIG_MIN_RESERVED_FDS): files opened later, the
+// monitor's reads of /proc, a metrics endpoint's connections.
+constexpr uint64_t kReservedFds = 32;
+
+// Descriptors the process has open now (0 when /proc/self/fd cannot be read).
+uint64_t OpenDescriptors() {
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return 0;
+  uint64_t n = 0;
+  while (const dirent* e = ::readdir(d)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  ::closedir(d);
+  return n > 0 ? n - 1 : 0;  // the directory's own descriptor
+}
+
+// The most clients the open-file limit leaves room for, as Redis lowers maxclients to
+// it: past it accept() fails and a client would wait unanswered in the backlog instead
+// of being told the server is full. `loop_fds`: the descriptors the loops will open.
+uint64_t ClientRoom(uint64_t loop_fds) {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return UINT64_MAX;
+  const uint64_t taken = OpenDescriptors() + loop_fds + kReservedFds;
+  return rl.rlim_cur > taken ? rl.rlim_cur - taken : 1;
 }
 
 // Protected mode's answer to a client on another host (Redis sends its own -DENIED
@@ -150,6 +179,10 @@ Status Server::Impl::StartLocked(Middleware* m, Engine* e, const ServerOptions& 
   mw = m;
   engine = e;
   options = o;
+  // Two descriptors per loop (epoll, eventfd) and the listening socket.
+  options.max_clients = static_cast<size_t>(std::min<uint64_t>(
+      o.max_clients, ClientRoom(2 * static_cast<uint64_t>(o.io_threads + o.batch_io_threads) + 1)));
+  max_clients = options.max_clients;
   limits.max_bulk_bytes = o.max_bulk_bytes;
   limits.max_args = o.max_args;
 
@@ -765,6 +798,8 @@ Status Server::Start(Middleware* mw, Engine* engine, const ServerOptions& option
 int Server::port() const { return impl_->port.load(); }
 
 Status Server::Stop() { return impl_->Stop(); }
+
+size_t Server::max_clients() const { return impl_->max_clients.load(); }
 
 ServerStats Server::Stats() const {
   ServerStats s;

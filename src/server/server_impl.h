@@ -151,6 +151,7 @@ struct Server::Impl {
   std::mutex lifecycle_mu;  // serializes Start and Stop (Stop may come from any thread)
   int listen_fd = -1;
   std::atomic<int> port{0};
+  std::atomic<size_t> max_clients{0};  // options.max_clients as Start left it (Server::max_clients)
   int64_t start_ns = 0;
   bool started = false;  // guarded by lifecycle_mu
   std::vector<std::unique_ptr<IoThread>> threads;

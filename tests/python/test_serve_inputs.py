@@ -9,6 +9,7 @@ import glob
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -284,6 +285,55 @@ def test_sighup_stays_ignored_under_nohup():
         assert s.recv(16) == b"+PONG\r\n"
     assert child.proc.poll() is None
     assert child.signal(signal.SIGTERM) == 0, child.text()
+
+
+# --- the open-file limit -----------------------------------------------------------------
+
+
+def open_file_limit(soft: int, hard: int):
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_clients_past_the_open_file_limit_are_refused_not_left_waiting(spawn):
+    # A hard limit of 256 descriptors leaves room for fewer than the 10 000 clients asked
+    # for: a warning names the cap, and the client past it is told the server is full
+    # (before, accept failed once the descriptors ran out and it waited unanswered).
+    child = spawn("--port", "0", "--engine", "memory", preexec_fn=open_file_limit(256, 256))
+    port = int(child.wait_for(r"listening on [\d.]+:(\d+)").group(1))
+    cap = int(child.wait_for(r"open-file limit \(256\) leaves room for (\d+) clients, not 10000",
+                             stream="err").group(1))
+    assert 0 < cap < 256
+    clients = []
+    try:
+        for _ in range(cap):
+            clients.append(s := socket.create_connection(("127.0.0.1", port), timeout=30))
+            s.sendall(b"PING\r\n")
+            assert s.recv(16) == b"+PONG\r\n"
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as past:
+            assert past.recv(64) == b"-ERR max number of clients reached\r\n"
+        clients[0].sendall(b"CONFIG GET maxclients\r\n")
+        assert clients[0].recv(64) == b"*2\r\n$10\r\nmaxclients\r\n$%d\r\n%d\r\n" % (len(str(cap)), cap)
+    finally:
+        for s in clients:
+            s.close()
+    assert child.signal(signal.SIGTERM) == 0, child.text()
+    assert_no_traceback(child)
+
+
+def test_the_soft_open_file_limit_is_raised_for_the_clients(spawn):
+    # A soft limit of 256 under a higher hard one (this process's, at least the 2024 the
+    # 1000 clients and the rest of the process are given) is raised, as Redis raises it:
+    # the server serves the 1000 clients asked for, with no warning.
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    assert hard == resource.RLIM_INFINITY or hard >= 2024, f"the hard open-file limit {hard} is too low"
+    child = spawn("--port", "0", "--engine", "memory", "--max-clients", "1000",
+                  preexec_fn=open_file_limit(256, hard))
+    port = int(child.wait_for(r"listening on [\d.]+:(\d+)").group(1))
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(b"CONFIG GET maxclients\r\n")
+        assert s.recv(64) == b"*2\r\n$10\r\nmaxclients\r\n$4\r\n1000\r\n"
+    assert child.signal(signal.SIGTERM) == 0, child.text()
+    assert "open-file limit" not in "".join(child.err), child.text()
 
 
 # --- a controller that fails inside the server -------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import resource
 import sys
 import threading
 
@@ -32,6 +33,11 @@ from nvmw.lab.runs import shipped_agent_path  # noqa: E402
 from nvmw.lab.service import DEFAULT_CONTROLLER, Service, run_until_signal  # noqa: E402
 
 _MIB = 1 << 20
+#: The server's client cap unless --max-clients says otherwise (ServerOptions::max_clients).
+DEFAULT_MAX_CLIENTS = 10000
+#: Descriptors the process needs besides its clients' (the pool, the loops, the
+#: interpreter's, the metrics endpoint's), asked for on top of the client cap.
+_OTHER_FDS = 1024
 
 
 _port = int_in(0, 65535)
@@ -65,7 +71,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics-port", type=_port, default=0,
                    help="serve Prometheus text metrics on http://BIND:PORT/metrics (default 0: off)")
     p.add_argument("--max-clients", type=int_in(1, 1 << 20), default=None,
-                   help="connections served at once; more are refused with an error (default: the server's, 10000)")
+                   help="connections served at once; more are refused with an error (default: the server's, 10000; "
+                   "the soft open-file limit is raised for them within the hard one, and the cap lowered, with "
+                   "a warning, to what it leaves room for)")
     p.add_argument("--max-bulk-bytes", type=int_in(1, 1 << 40), default=None,
                    help="largest value or argument accepted, bytes (default: the server's, 512 MiB)")
     p.add_argument("--io-threads", type=int_in(1, 64), default=None,
@@ -137,6 +145,8 @@ def _serve(args: argparse.Namespace, signals: StopSignals) -> int:
     if stop.is_set():
         _say("nvmw serve: stopped before serving")
         return 0
+    max_clients = args.max_clients or DEFAULT_MAX_CLIENTS
+    _raise_open_file_limit(max_clients)
     with pool_path(args.engine, args.path, argv_of(args), "nvmw-serve-") as path:
         if args.engine == "pmem" and args.path is None:
             print(f"nvmw serve: no --path: a temporary pool {path}, removed at exit", file=sys.stderr)
@@ -151,6 +161,11 @@ def _serve(args: argparse.Namespace, signals: StopSignals) -> int:
                       on_window=_print_window if args.log_windows else None)
 
         def started(s: Service) -> None:
+            cap = getattr(s.server, "max_clients", max_clients)
+            if cap < max_clients:
+                print(f"nvmw serve: warning: the open-file limit ({_open_file_limit()}) leaves room for "
+                      f"{cap} clients, not {max_clients}: more are refused (-ERR max number of clients "
+                      f"reached); raise `ulimit -n` to serve more", file=sys.stderr, flush=True)
             if not password and not _loopback(s.bind):
                 if protected:
                     print(f"nvmw serve: listening on {s.bind} without --password, in protected mode: only "
@@ -197,6 +212,26 @@ def _check_shipped_file(controller: str, device: str) -> None:
     fixes = [f"--device {d}" for d in list_profiles() if os.path.exists(shipped(d))] + ([other] if other else [])
     raise ValueError(f"--controller {controller} {uses}, and none is shipped for --device {device}: "
                      f"use {' or '.join(fixes) if fixes else 'another controller'}")
+
+
+def _open_file_limit() -> int:
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def _raise_open_file_limit(max_clients: int) -> None:
+    """As Redis does at start: raises the soft open-file limit, within the hard one, to
+    leave room for `max_clients` connections beside the descriptors of the rest of the
+    process. The server lowers its client cap to what the limit leaves room for."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = max_clients + _OTHER_FDS
+    if soft == resource.RLIM_INFINITY or soft >= want:
+        return
+    new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if new > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        except (OSError, ValueError):  # refused: the server's cap fits the limit as it is
+            pass
 
 
 def _loopback(bind: str) -> bool:

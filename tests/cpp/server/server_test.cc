@@ -740,6 +740,51 @@ TEST_F(ServerTest, ClientCap) {
   EXPECT_EQ(d.Cmd({"PING"}), "+PONG\r\n");
 }
 
+// The client cap is lowered to what the open-file limit leaves room for, as Redis lowers
+// maxclients: a client past it is told the server is full instead of waiting unanswered
+// in the listening backlog (accept fails once the descriptors run out). The limit is low
+// only while the server starts; the cap it set stays.
+TEST_F(ServerTest, ClientCapFitsTheOpenFileLimit) {
+  MiddlewareOptions mo;
+  mo.window_s = 60;
+  mo.queue_sample_s = 30;  // the monitor's reads of /proc/loadavg take a descriptor briefly
+  mw_ = std::make_unique<Middleware>(mo);
+  ASSERT_TRUE(mw_->Start(&engine_, 1, 1).ok());
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  int open_fds = 0;
+  for (int fd = 0; fd < 65536; ++fd) {
+    if (::fcntl(fd, F_GETFD) != -1) ++open_fds;
+  }
+  rlimit low = old;
+  low.rlim_cur = static_cast<rlim_t>(open_fds + 48);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  ServerOptions o;
+  o.port = 0;  // max_clients: the default, 10000
+  server_ = std::make_unique<Server>();
+  const Status started = server_->Start(mw_.get(), &engine_, o);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  // 48 descriptors past those open: 32 kept for the process, 5 for the loops and the
+  // listening socket (one io thread, one batch loop), 11 for clients (fewer if another
+  // thread had a file open meanwhile).
+  const size_t cap = server_->max_clients();
+  EXPECT_LE(cap, 11u);
+  EXPECT_GE(cap, 6u);
+  std::vector<std::unique_ptr<Client>> clients;
+  for (size_t i = 0; i < cap; ++i) {
+    clients.push_back(std::make_unique<Client>(port()));
+    ASSERT_EQ(clients.back()->Cmd({"PING"}), "+PONG\r\n") << i;
+  }
+  Client past(port());
+  EXPECT_EQ(past.Reply(), "-ERR max number of clients reached\r\n");
+  EXPECT_TRUE(past.ClosedByServer());
+  const std::string info = clients[0]->Cmd({"INFO", "clients"});
+  EXPECT_NE(info.find("\r\nmaxclients:" + std::to_string(cap) + "\r\n"), std::string::npos) << info;
+  EXPECT_EQ(clients[0]->Cmd({"CONFIG", "GET", "maxclients"}),
+            "*2\r\n$10\r\nmaxclients\r\n" + Bulk(std::to_string(cap)));
+}
+
 // A client that pipelines GETs of a large value and reads nothing: its connection stops
 // being read at the output cap, others are served meanwhile, and once its output has
 // made no progress for output_stall_timeout_s it is closed.
