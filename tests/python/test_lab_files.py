@@ -170,3 +170,24 @@ def test_ycsb_durations_past_the_clock_are_refused(capsys):
     with pytest.raises(SystemExit) as e:
         main(["ycsb", "--duration", "1e300", "--threads", "1"])
     assert e.value.code == 2 and "--duration" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["azure", "--rate", "1e-300", "--rows", "5"], "5 rows at 1e-300 accesses/s"),   # was: every row at 0
+    (["svd", "--task-ms", "1e300", "--rows", "5"], "5 rows of up to"),             # was: time_ms -9223372036854775.-808
+])
+def test_trace_synth_refuses_a_trace_too_long_to_schedule(tmp_path, capsys, argv, words):
+    out = tmp_path / "t.csv"
+    assert main(["trace", "synth", *argv, "-o", str(out)]) == 2
+    _one_error_line(capsys, words, "too long to schedule")
+    assert not out.exists()
+
+
+def test_trace_synth_times_stay_in_order_up_to_the_bound(tmp_path):
+    from nvmw.workloads import traces
+
+    t = traces.synth("azure", rows=10, accesses_per_s=1e-8)
+    times = [r[0] for r in t.records()]
+    assert times == sorted(times) and times[0] == 0 and times[-1] > 1e14   # microseconds: years apart
+    t = traces.synth("svd", rows=100, task_ms=1e6)
+    assert min(r[0] for r in t.records()) >= 0

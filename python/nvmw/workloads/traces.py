@@ -45,10 +45,33 @@ def synth(kind: str, rows: int = 10_000, seed: int = 1, **options: Any) -> "_cor
     (SvdSynthOptions fields). Same seed, same trace."""
     opts = dict(options, rows=int(rows), seed=int(seed))
     if kind == "azure":
+        _check_span(kind, (opts["rows"] - 1) / _number(opts, "accesses_per_s", 36.6),
+                    f"{opts['rows']} rows at {_number(opts, 'accesses_per_s', 36.6):g} accesses/s")
         return _core.synth_azure(opts)
     if kind == "svd":
+        # At most one task time and one gap between jobs per record: a bound, not the span.
+        per_row_ms = _number(opts, "task_ms", 50.0) + _number(opts, "gap_between_jobs_ms", 200.0)
+        _check_span(kind, opts["rows"] * per_row_ms / 1e3,
+                    f"{opts['rows']} rows of up to {per_row_ms:g} ms (task_ms + gap_between_jobs_ms)")
         return _core.synth_svd(opts)
     raise ValueError(f"synthetic trace kind must be one of {SYNTH_KINDS}, not {kind!r}")
+
+
+def _number(opts: dict, key: str, default: float) -> float:
+    """opts[key] as a float for the span check (NaN when it is not a number, which the
+    core then refuses by name)."""
+    v = opts.get(key)
+    if v is None:
+        return default
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _check_span(kind: str, span_s: float, what: str) -> None:
+    if span_s > MAX_SCHEDULE_S:
+        raise ValueError(f"{kind} synth: {what} would span more than {MAX_SCHEDULE_S:g} s: too long to schedule")
 
 
 def trace_stats(trace: "_core.Trace") -> dict:
