@@ -795,20 +795,26 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
           {"timeout", "0"},
           {"io-threads", std::to_string(options.io_threads)},
       };
-      std::vector<const std::pair<std::string, std::string>*> hits;
+      // As Redis: a name without glob characters is looked up as it is (any case, no
+      // escapes) and answered under the name asked; a pattern is matched by glob, any
+      // case. A NUL byte matches no parameter (fnmatch would stop the pattern there).
+      std::vector<std::pair<std::string_view, const std::string*>> hits;  // name answered, value
       for (const auto& p : params) {
         for (size_t i = 2; i < args.size(); ++i) {
-          if (::fnmatch(Lower(args[i]).c_str(), p.first.c_str(), 0) == 0) {
-            hits.push_back(&p);
+          const std::string& pattern = args[i];
+          if (pattern.find('\0') != std::string::npos) continue;
+          const bool glob = pattern.find_first_of("[*?") != std::string::npos;
+          if (glob ? ::fnmatch(Lower(pattern).c_str(), p.first.c_str(), 0) == 0 : EqualsNoCase(p.first, pattern)) {
+            hits.emplace_back(glob ? std::string_view(p.first) : std::string_view(pattern), &p.second);
             break;
           }
         }
       }
       Send(c, [&](std::string* out) {
         resp::AppendMapHeader(out, hits.size(), c->resp3);
-        for (const auto* p : hits) {
-          resp::AppendBulk(out, p->first);
-          resp::AppendBulk(out, p->second);
+        for (const auto& [name, value] : hits) {
+          resp::AppendBulk(out, name);
+          resp::AppendBulk(out, *value);
         }
       });
       return;
