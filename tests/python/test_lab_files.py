@@ -191,3 +191,25 @@ def test_trace_synth_times_stay_in_order_up_to_the_bound(tmp_path):
     assert times == sorted(times) and times[0] == 0 and times[-1] > 1e14   # microseconds: years apart
     t = traces.synth("svd", rows=100, task_ms=1e6)
     assert min(r[0] for r in t.records()) >= 0
+
+
+# --- train options refused before collecting ---------------------------------------
+
+_TRAIN = ["train", "--env", "synthetic", "--steps", "3", "--episodes", "1", "--phases", "1"]
+
+
+def test_train_refuses_a_zero_learning_rate_at_parse_time(tmp_path, capsys):
+    out = tmp_path / "a.joblib"
+    # Was: accepted, then refused by the agent after the transitions were collected.
+    with pytest.raises(SystemExit) as e:
+        main([*_TRAIN, "--collect-episodes", "1", "--learning-rate", "0", "--out", str(out)])
+    assert e.value.code == 2 and "--learning-rate" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_train_with_nothing_to_pretrain_on_names_the_option(tmp_path, capsys):
+    out = tmp_path / "a.joblib"
+    # Was: "episodes_per_phase must be >= 1", an option train does not have.
+    assert main([*_TRAIN, "--collect-episodes", "0", "--out", str(out)]) == 1
+    _one_error_line(capsys, "--collect-episodes 0", "--transitions")
+    assert not out.exists()

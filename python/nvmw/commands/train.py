@@ -11,8 +11,8 @@ import os
 import time
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import (add_backend_args, add_env_args, check_output_file, env_from_args, fraction,
-                                 nonneg_int, positive_int, runner_from_args)
+from nvmw.commands._args import (add_backend_args, add_env_args, check_output_file, env_from_args, float_in,
+                                 fraction, nonneg_int, positive_int, runner_from_args)
 from nvmw.lab.runs import run_header
 from nvmw.rl.agent import REWARD_TRANSFORMS
 from nvmw.lab.training import (UPDATE_MODES, load_tuned, plot_curve, pretrained_agent, resumed_agent,
@@ -38,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--phases", type=positive_int, nargs="+", default=list(DEFAULT_PHASES),
                    help="phases (default %(default)s)")
     p.add_argument("--gamma", type=fraction, default=0.95)
-    p.add_argument("--learning-rate", type=fraction, default=0.7)
+    p.add_argument("--learning-rate", type=float_in(0.0, 1.0), default=0.7,
+                   help="Q step (the SGD eta0 with --learning-rate-mode sgd_eta0), in (0, 1] (default %(default)s)")
     p.add_argument("--learning-rate-mode", choices=["q_step", "sgd_eta0"], default="q_step")
     p.add_argument("--epsilon", type=fraction, default=0.9)
     p.add_argument("--epsilon-decay", type=fraction, default=0.1)
@@ -66,6 +67,8 @@ def run(args) -> int:
     check_output_file(args.curve, "--curve")
     if args.tuned:
         load_tuned(args.tuned)  # refused now, not after the transitions are collected
+    if args.collect_episodes == 0 and not (args.transitions or args.init_agent):
+        raise ValueError("--collect-episodes 0 leaves nothing to pretrain on: name --transitions or --init-agent")
     env = env_from_args(args)
     t_start = time.monotonic()
     runner = None
