@@ -3,9 +3,11 @@ controller runs after every window through the control loop, the metrics are val
 Prometheus text with the live values, stop() drains the server before the middleware,
 and the server gets exactly the limits it was given. (The real server with real clients:
 test_serve.py.)"""
+import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -229,6 +231,18 @@ def test_serve_refuses_bad_numbers(capsys):
 def test_serve_refuses_an_unknown_controller(capsys):
     assert main(["serve", "--engine", "memory", "--controller", "bogus"]) == 1
     assert "unknown controller" in capsys.readouterr().err
+
+
+def test_serve_refuses_a_path_for_the_memory_engine(tmp_path):
+    # It served from memory and named the path as its store: every SET was lost at exit.
+    pool = tmp_path / "kept.pool"
+    done = subprocess.run([sys.executable, "-m", "nvmw", "serve", "--engine", "memory", "--path", str(pool),
+                           "--port", "0"], env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.startswith("nvmw serve: error: --path is the pool of --engine pmem; --engine memory keeps "
+                                  "the store in memory, lost at exit"), done.stderr
+    assert "listening" not in done.stdout and not pool.exists()
 
 
 def test_a_controller_that_raises_is_dropped_and_the_windows_go_on(capsys):

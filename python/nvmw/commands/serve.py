@@ -131,6 +131,11 @@ def _serve(args: argparse.Namespace, signals: StopSignals) -> int:
     """The command. The stop signals are held (blocked) until the command is past its
     re-execution, then set `signals.event`."""
     stop = signals.event
+    if args.path is not None and args.engine != "pmem":
+        # The memory engine has no pool: the path would be printed as the store's and nothing
+        # written there, every SET lost at exit.
+        raise ValueError(f"--path is the pool of --engine pmem; --engine {args.engine} keeps the store in "
+                         f"memory, lost at exit (drop --path, or use --engine pmem to keep it in {args.path})")
     if args.metrics_port and args.metrics_port == args.port:
         raise ValueError(f"--metrics-port {args.metrics_port} is the server's own --port")
     _check_shipped_file(args.controller, args.device)
