@@ -448,6 +448,40 @@ def test_a_stdout_reader_that_goes_away_does_not_fail_the_drain():
     assert err == "", err
 
 
+def test_a_stdout_file_that_cannot_take_the_lines_does_not_fail_the_service(tmp_path):
+    # Status lines to a file that takes no more (a file size limit here, a full disk
+    # alike): the lines are dropped with one note on stderr, and the service serves and
+    # drains as ever (it stopped with `error: File too large` and status 1, at start or
+    # after the drain).
+    port = free_port()
+    with open(tmp_path / "out.log", "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "nvmw", "serve", "--port", str(port), "--engine", "memory",
+                                 "--window", "0.1", "--log-windows"], env=child_env(), stdout=out,
+                                stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (16, resource.RLIM_INFINITY)))
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+                    s.sendall(b"PING\r\n")
+                    assert s.recv(16) == b"+PONG\r\n"
+                break
+            except ConnectionRefusedError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+                time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=120)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    assert rc == 0, err
+    assert err == "nvmw serve: stdout: File too large; the status lines are dropped from now on\n", err
+
+
 # --- bind --------------------------------------------------------------------------------
 
 

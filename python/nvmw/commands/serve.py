@@ -7,6 +7,7 @@ command before it serves, with status 0."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import os
 import resource
@@ -94,14 +95,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _say(line: str) -> None:
-    """One status line on stdout. A reader that went away (`nvmw serve | head`) does not
-    fail the service: the lines are dropped from then on (stdout to /dev/null)."""
+    """One status line on stdout. A reader that went away (`nvmw serve | head`), or a file
+    that cannot take it (a full disk, a file size limit), does not fail the service: the
+    lines are dropped from then on (stdout to /dev/null), the second case said on stderr."""
     try:
         print(line, flush=True)
-    except BrokenPipeError:
+    except OSError as e:
         fd = os.open(os.devnull, os.O_WRONLY)
         os.dup2(fd, sys.stdout.fileno())
         os.close(fd)
+        if not isinstance(e, BrokenPipeError):
+            with contextlib.suppress(OSError):
+                print(f"nvmw serve: stdout: {e.strerror or e}; the status lines are dropped from now on",
+                      file=sys.stderr, flush=True)
 
 
 def _print_window(row: dict) -> None:
