@@ -213,3 +213,30 @@ def test_train_with_nothing_to_pretrain_on_names_the_option(tmp_path, capsys):
     assert main([*_TRAIN, "--collect-episodes", "0", "--out", str(out)]) == 1
     _one_error_line(capsys, "--collect-episodes 0", "--transitions")
     assert not out.exists()
+
+
+# --- list and fraction options checked before a sweep or collection -------------------
+
+_CALIBRATE = ["calibrate", "--env", "synthetic", "--phases", "1", "2", "--grid", "1", "2", "--windows", "2",
+              "--confirm-windows", "0"]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (_CALIBRATE + ["--attain", "1"], "--attain: 1 is out of range"),        # was: refused after the sweep
+    (_CALIBRATE + ["--quantile", "0", "--rule", "quantile"], "--quantile: 0 is out of range"),
+    (_CALIBRATE + ["--grid", "4", "40"], "--grid: 40 is out of range"),    # was: refused mid-sweep
+    (_CALIBRATE + ["--grid", "2", "2"], "--grid: 2 is given more than once"),  # was: 16 windows/config noted
+    (_CALIBRATE + ["--phases", "1", "1"], "--phases: 1 is given more than once"),
+    (_CALIBRATE + ["--phases", "7"], "--phases: 7 is not a phase"),       # was: refused mid-sweep
+    (["collect", "--env", "synthetic", "--steps", "2", "--episodes", "1", "--phases", "7"], "--phases: 7 is not"),
+    (["train", "--env", "synthetic", "--steps", "2", "--episodes", "1", "--phases", "3", "3"],
+     "--phases: 3 is given more than once"),
+])
+def test_lab_list_and_fraction_options_are_checked_at_parse_time(tmp_path, capsys, argv, words):
+    out = tmp_path / "out.file"
+    with pytest.raises(SystemExit) as e:
+        main(argv + ["--out", str(out)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+    assert not out.exists()

@@ -227,6 +227,44 @@ fraction = float_in(0.0, 1.0, strict=False)
 window_seconds = float_in(0.001, 3600.0, strict=False)
 
 
+def open_fraction(text: str) -> float:
+    """argparse type: a number strictly between 0 and 1."""
+    value = _number(float, text, None, None, "")
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is out of range: must be > 0 and < 1")
+    return value
+
+
+open_fraction.__name__ = "number"
+
+
+def phase_number(text: str) -> int:
+    """argparse type: the number of a shipped phase."""
+    from nvmw.workloads.phases import list_phases
+
+    value = _number(int, text, None, None, "")
+    shipped = list_phases()
+    if value not in shipped:
+        raise argparse.ArgumentTypeError(f"{text} is not a phase: one of {', '.join(map(str, shipped))}")
+    return value
+
+
+phase_number.__name__ = "phase"
+
+
+class Distinct(argparse.Action):
+    """A list option (nargs) whose values must differ: one given twice would be measured,
+    counted or trained on twice under one entry."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        seen = set()
+        for v in values:
+            if v in seen:
+                parser.error(f"argument {option_string}: {v} is given more than once")
+            seen.add(v)
+        setattr(namespace, self.dest, values)
+
+
 def check_output_file(path: Optional[str], option: str) -> None:
     """Refuse, before a long run, an output file whose directory is missing and cannot be
     created or is not writable (the results would otherwise be lost at the end)."""

@@ -16,12 +16,13 @@ import time
 from collections import Counter
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import check_output_file, fraction, nonneg_int, positive_float, positive_int
-from nvmw.commands._args import add_env_args, argv_of, env_from_args
+from nvmw.commands._args import Distinct, check_output_file, int_in, nonneg_int, open_fraction, phase_number
+from nvmw.commands._args import add_env_args, argv_of, env_from_args, positive_float, positive_int
 from nvmw.lab.calibration import (calibrate, confirm_env, load_confirmation, load_sweep, no_control_windows,
                                   promise_configs, save_oracle, save_sweep, sweep_env)
 from nvmw.lab.capacity import DEFAULT_CLIENTS, measure_capacity
 from nvmw.lab.runs import run_header
+from nvmw.middleware import DEFAULT_MAX_THREADS
 from nvmw.workloads.phases import DEFAULT_PHASES
 
 
@@ -29,16 +30,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("calibrate", help=SUMMARIES["calibrate"],
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_env_args(p, steps=False)
-    p.add_argument("--grid", type=positive_int, nargs="+", default=[1, 2, 4, 8, 16, 32],
+    p.add_argument("--grid", type=int_in(1, DEFAULT_MAX_THREADS), nargs="+", action=Distinct,
+                   default=[1, 2, 4, 8, 16, 32],
                    help="thread counts swept for each pool (default %(default)s)")
     p.add_argument("--windows", type=positive_int, default=5, help="measured windows per configuration (default %(default)s)")
-    p.add_argument("--phases", type=positive_int, nargs="+", default=list(DEFAULT_PHASES),
+    p.add_argument("--phases", type=phase_number, nargs="+", action=Distinct, default=list(DEFAULT_PHASES),
                    help="phases swept (default %(default)s)")
     p.add_argument("--rule", choices=("attain", "quantile"), default="attain",
                    help="attain (default): the tightest goals the best configuration of every phase "
                    "meets on --attain of its windows; quantile: the --quantile of the configurations' "
                    "medians (the first calibration)")
-    p.add_argument("--attain", type=fraction, default=0.9,
+    p.add_argument("--attain", type=open_fraction, default=0.9,
                    help="rule attain: fraction of windows the goals must hold (default %(default)s)")
     p.add_argument("--confirm-windows", type=nonneg_int, default=30,
                    help="rule attain: after the sweep, re-measure each phase's chosen configuration for "
@@ -47,12 +49,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--confirm-runs", type=positive_int, default=4,
                    help="rounds over the phases of that re-measurement, each on another stretch of the "
                    "phase's workload (default %(default)s)")
-    p.add_argument("--quantile", type=fraction, default=0.25,
+    p.add_argument("--quantile", type=open_fraction, default=0.25,
                    help="rule quantile: goal quantile across configurations (default %(default)s)")
     p.add_argument("--out", default=None, help="SLA spec TOML to write (with --capacity: the capacity JSON)")
     p.add_argument("--capacity", action="store_true", help="measure this machine's capacity instead of "
                    "sweeping (device bandwidth and interactive capacity; JSON)")
-    p.add_argument("--capacity-clients", type=positive_int, nargs="+", default=list(DEFAULT_CLIENTS),
+    p.add_argument("--capacity-clients", type=positive_int, nargs="+", action=Distinct, default=list(DEFAULT_CLIENTS),
                    help="--capacity: closed-loop client counts tried (default %(default)s)")
     p.add_argument("--capacity-duration", type=positive_float, default=2.0,
                    help="--capacity: seconds per client count (default %(default)s)")

@@ -9,7 +9,7 @@ import json
 import time
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import check_output_file, positive_int
+from nvmw.commands._args import Distinct, check_output_file, phase_number, positive_int
 from nvmw.commands._args import add_backend_args, add_env_args, env_from_args, runner_from_args
 from nvmw.errors import Interrupted
 from nvmw.lab.runs import run_header
@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_env_args(p)
     p.add_argument("--episodes", type=positive_int, default=150, help="episodes per phase (default %(default)s, as the thesis)")
-    p.add_argument("--phases", type=positive_int, nargs="+", default=list(DEFAULT_PHASES),
+    p.add_argument("--phases", type=phase_number, nargs="+", action=Distinct, default=list(DEFAULT_PHASES),
                    help="phases (default %(default)s)")
     p.add_argument("--out", required=True, help="transitions file to write (.npz)")
     add_backend_args(p)

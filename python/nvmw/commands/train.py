@@ -11,8 +11,8 @@ import os
 import time
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import (add_backend_args, add_env_args, check_output_file, env_from_args, float_in,
-                                 fraction, nonneg_int, positive_int, runner_from_args)
+from nvmw.commands._args import (Distinct, add_backend_args, add_env_args, check_output_file, env_from_args,
+                                 float_in, fraction, nonneg_int, phase_number, positive_int, runner_from_args)
 from nvmw.lab.runs import run_header
 from nvmw.rl.agent import REWARD_TRANSFORMS
 from nvmw.lab.training import (UPDATE_MODES, load_tuned, plot_curve, pretrained_agent, resumed_agent,
@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "thesis: 700-1000)")
     p.add_argument("--rounds", type=positive_int, default=1, help="repeat the pass over the phases this many times "
                    "(interleaves phases so the agent does not forget the first ones)")
-    p.add_argument("--phases", type=positive_int, nargs="+", default=list(DEFAULT_PHASES),
+    p.add_argument("--phases", type=phase_number, nargs="+", action=Distinct, default=list(DEFAULT_PHASES),
                    help="phases (default %(default)s)")
     p.add_argument("--gamma", type=fraction, default=0.95)
     p.add_argument("--learning-rate", type=float_in(0.0, 1.0), default=0.7,
