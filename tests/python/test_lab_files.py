@@ -240,3 +240,34 @@ def test_lab_list_and_fraction_options_are_checked_at_parse_time(tmp_path, capsy
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err
     assert not out.exists()
+
+
+# --- damaged transitions archives -----------------------------------------------------
+
+def _transitions_file(tmp_path) -> bytes:
+    from nvmw.rl.pretrain import save_transitions
+
+    rng = np.random.default_rng(0)
+    n = 20
+    p = tmp_path / "good.npz"
+    save_transitions(p, {"states": rng.random((n, N_FEATURES)), "actions": np.arange(n) % N_ACTIONS,
+                         "rewards": rng.random(n), "next_states": rng.random((n, N_FEATURES)),
+                         "terminated": np.zeros(n, bool), "truncated": np.zeros(n, bool),
+                         "phases": np.ones(n, np.int64), "p99_us": rng.random(n), "throughput": rng.random(n)})
+    return p.read_bytes()
+
+
+@pytest.mark.parametrize("damage", [lambda b: b[:len(b) // 2],                      # was: BadZipFile traceback
+                                    lambda b: b[:200] + bytes(x ^ 0xFF for x in b[200:260]) + b[260:]])  # zlib.error
+def test_a_truncated_or_damaged_transitions_archive_is_named(tmp_path, capsys, damage):
+    from nvmw.rl.pretrain import load_transitions
+
+    p = tmp_path / "t.npz"
+    p.write_bytes(damage(_transitions_file(tmp_path)))
+    with pytest.raises(ValueError, match="damaged or truncated archive") as e:
+        load_transitions(p)
+    assert str(p) in str(e.value)
+    out = tmp_path / "tuned.json"
+    assert main(["tune", str(p), "--quick", "--out", str(out)]) == 1
+    _one_error_line(capsys, str(p), "damaged or truncated")
+    assert not out.exists()

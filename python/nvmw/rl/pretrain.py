@@ -8,6 +8,8 @@ import json
 import os
 import time
 import warnings
+import zipfile
+import zlib
 from typing import Any, Mapping, Sequence
 
 import joblib
@@ -122,20 +124,26 @@ def load_transitions(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """Read a transitions file; checks every column is present, of the right shape and
     kind, and that lengths agree (ValueError naming the file and the column otherwise)."""
     try:
-        z = np.load(path, allow_pickle=False)
-        if not hasattr(z, "files"):
-            raise ValueError(f"{path}: not an nvmw transitions file (one array, not an .npz archive)")
-        with z:
-            missing = [k for k in TRANSITION_KEYS if k not in z.files]
-            if missing:
-                raise ValueError(f"{path}: not an nvmw transitions file (missing {', '.join(missing)})")
-            data = {k: z[k] for k in TRANSITION_KEYS}
-            if "meta" in z.files:
-                data["meta"] = str(z["meta"])
+        # Opened here, not by numpy: np.load leaves its own file open when the archive's
+        # directory does not read (a truncated file).
+        with open(path, "rb") as fh:
+            z = np.load(fh, allow_pickle=False)
+            if not hasattr(z, "files"):
+                raise ValueError(f"{path}: not an nvmw transitions file (one array, not an .npz archive)")
+            with z:
+                missing = [k for k in TRANSITION_KEYS if k not in z.files]
+                if missing:
+                    raise ValueError(f"{path}: not an nvmw transitions file (missing {', '.join(missing)})")
+                data = {k: z[k] for k in TRANSITION_KEYS}
+                if "meta" in z.files:
+                    data["meta"] = str(z["meta"])
     except FileNotFoundError:
         raise FileNotFoundError(f"transitions file not found: {path}") from None
     except (OSError, EOFError) as e:
         raise ValueError(f"{path}: cannot read transitions ({e})") from None
+    except (zipfile.BadZipFile, zlib.error) as e:
+        # A truncated or damaged archive: its directory or a member does not read back.
+        raise ValueError(f"{path}: cannot read transitions: damaged or truncated archive ({e})") from None
     except ValueError as e:
         if str(e).startswith(f"{path}: "):
             raise
