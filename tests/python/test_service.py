@@ -278,3 +278,111 @@ def test_run_until_signal_does_not_start_after_a_stop():
     svc = Service(engine="memory", port=0, server_factory=StubServer)
     assert run_until_signal(svc, on_start=lambda s: pytest.fail("announced"), stop=stop) == {}
     assert not svc.served and svc.server is None
+
+
+def test_a_service_starts_once():
+    # A second start() opened a second store and server beside the first (which nothing
+    # stopped any more), and one after stop() served again with a stop() that returned
+    # at once and left it serving.
+    svc = Service(engine="memory", port=0, server_factory=StubServer)
+    svc.start()
+    first = svc.server
+    with pytest.raises(RuntimeError, match="a Service starts once: this one was started already"):
+        svc.start()
+    assert svc.server is first and first.events == ["start"]
+    final = svc.stop()
+    assert first.events == ["start", "stop"] and final["commands"] == 42
+    with pytest.raises(RuntimeError, match="a Service starts once: this one was stopped"):
+        svc.start()
+    assert svc.server is None and svc.mw is None
+    assert svc.stop() == final
+
+
+class SlowStartServer(StubServer):
+    """A stub whose start() waits until the test lets it go."""
+
+    entered = threading.Event()
+    release = threading.Event()
+
+    def start(self):
+        self.events.append("start")
+        SlowStartServer.entered.set()
+        assert SlowStartServer.release.wait(30)
+        self.events.append("started")
+
+
+def test_stop_from_another_thread_during_start_drains_what_start_started():
+    # stop() while start() ran stopped the server start() was still starting and closed
+    # the middleware under it; start() then went on and ran the control thread on a loop
+    # stop() had dropped.
+    SlowStartServer.entered.clear()
+    SlowStartServer.release.clear()
+    svc = Service(engine="memory", port=0, server_factory=SlowStartServer)
+    starter = threading.Thread(target=svc.start)
+    starter.start()
+    assert SlowStartServer.entered.wait(30)
+    server = svc.server
+    stopper = threading.Thread(target=svc.stop)
+    stopper.start()
+    stopper.join(0.2)  # gives stop() its chance to run before start() is done
+    SlowStartServer.release.set()
+    starter.join(30)
+    stopper.join(30)
+    assert not starter.is_alive() and not stopper.is_alive()
+    assert server.events == ["start", "started", "stop"]
+    assert svc.controller_failed is False
+    assert svc.server is None and svc.mw is None and svc._control_thread is not None
+    assert not svc._control_thread.is_alive()
+
+
+def test_stop_from_the_window_callback(capsys):
+    # A stop() from on_window, on the control thread, tried to join that thread: it raised,
+    # was taken for a failing window log, and left the metrics endpoint serving.
+    stopped = threading.Event()
+
+    def on_window(row):
+        svc.stop()
+        stopped.set()
+
+    svc = Service(engine="memory", window_s=0.05, port=0, server_factory=StubServer, metrics_port=0,
+                  on_window=on_window)
+    svc.start()
+    server, metrics_port = svc.server, svc.metrics_port
+    assert stopped.wait(30)
+    assert server.events == ["start", "stop"]
+    assert svc.server is None and svc.mw is None
+    assert wait_until(lambda: not svc._control_thread.is_alive())
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", metrics_port), timeout=5)
+    assert capsys.readouterr().err == ""
+
+
+def test_stop_from_the_window_callback_while_another_thread_stops():
+    # A stop() on another thread holds start/stop's lock while it joins the control
+    # thread; a stop() from on_window, on that thread, then waited for the same lock:
+    # neither returned.
+    in_callback = threading.Event()
+    returned = threading.Event()
+
+    def on_window(row):
+        if in_callback.is_set():
+            return
+        in_callback.set()
+        # Until the other thread's stop() is under way (it marks the service stopped
+        # before it joins this thread).
+        assert wait_until(lambda: svc._stopped)
+        svc.stop()
+        returned.set()
+
+    svc = Service(engine="memory", window_s=0.05, port=0, server_factory=StubServer,
+                  on_window=on_window)
+    svc.start()
+    server = svc.server
+    assert in_callback.wait(30)
+    stopper = threading.Thread(target=svc.stop)
+    stopper.start()
+    stopper.join(30)
+    assert not stopper.is_alive()
+    assert returned.is_set()
+    assert server.events == ["start", "stop"]
+    assert not svc._control_thread.is_alive()

@@ -164,13 +164,32 @@ class Service:
         self._http: Optional[http.server.ThreadingHTTPServer] = None
         self._http_thread: Optional[threading.Thread] = None
         self._final_stats: Optional[dict] = None
+        # start() and stop() one at a time: a stop() from another thread while start()
+        # runs waits for it, then drains what it started.
+        self._life = threading.RLock()
+        self._started = False
         self._stopped = False
         #: True once the server has started listening.
         self.served = False
 
     # -- lifetime ----------------------------------------------------------------------------
     def start(self) -> "Service":
-        """Open the store, start the server, the control thread and the metrics endpoint."""
+        """Open the store, start the server, the control thread and the metrics endpoint.
+        A service starts once: a second start(), or one after stop(), raises RuntimeError
+        (make a new Service to serve again)."""
+        with self._life:
+            if self._started or self._stopped:
+                raise RuntimeError("a Service starts once: this one was " +
+                                   ("stopped" if self._stopped else "started already") +
+                                   "; make a new Service to serve again")
+            self._started = True
+            try:
+                return self._start()
+            except BaseException:
+                self._stop()
+                raise
+
+    def _start(self) -> "Service":
         factory = self.server_factory or getattr(_core, "Server", None)
         if factory is None:
             raise NotSupportedError("this build of nvmw._core has no network server (_core.Server): "
@@ -182,27 +201,35 @@ class Service:
                              control=self.control, pool_size=self.pool_size,
                              device=None if self.device == "none" else self.device,
                              batch_nice=self.batch_nice)
-        try:
-            self.loop = ControlLoop(_MiddlewarePlant(self.mw, max(1.0, 5 * self.window_s)), self.sla,
-                                    max_threads=self.max_threads, control=self.control)
-            self.loop.restart(start)
-            self.server = factory(self.mw.core, self.mw.engine, bind=self.bind, port=self._port,
-                                  password=self.password, **self.limits)
-            self.server.start()
-            self.served = True
-            self._control_thread = threading.Thread(target=self._control_run, name="nvmw-control", daemon=True)
-            self._control_thread.start()
-            if self._metrics_port is not None:
-                self._start_metrics()
-        except BaseException:
-            self.stop()
-            raise
+        self.loop = ControlLoop(_MiddlewarePlant(self.mw, max(1.0, 5 * self.window_s)), self.sla,
+                                max_threads=self.max_threads, control=self.control)
+        self.loop.restart(start)
+        self.server = factory(self.mw.core, self.mw.engine, bind=self.bind, port=self._port,
+                              password=self.password, **self.limits)
+        self.server.start()
+        self.served = True
+        if self._metrics_port is not None:
+            self._start_metrics()
+        # Last: once the control thread runs, an on_window that stops the service finds
+        # everything start() makes in place.
+        self._control_thread = threading.Thread(target=self._control_run, name="nvmw-control", daemon=True)
+        self._control_thread.start()
         return self
 
     def stop(self) -> dict:
         """Graceful drain: stop accepting connections, answer every command already read,
         finish every accepted middleware request, stop the control thread and the metrics
-        endpoint, release the engine. Returns the server's final stats. Idempotent."""
+        endpoint, release the engine. Returns the server's final stats. Idempotent; from
+        another thread while start() runs, it waits for start() and drains what it started;
+        from on_window too."""
+        if threading.current_thread() is self._control_thread:
+            # From on_window. start() has nothing left to do once this thread runs, and a
+            # stop() on another thread may hold the lock while it joins this very thread.
+            return self._stop()
+        with self._life:
+            return self._stop()
+
+    def _stop(self) -> dict:
         with self._lock:
             if self._stopped:
                 return dict(self._final_stats or {})
@@ -212,8 +239,8 @@ class Service:
             self._final_stats = dict(self.server.stats())
         if self.mw is not None:
             self.mw.close()  # wakes the control thread (ShutdownError) and finishes accepted requests
-        if self._control_thread is not None:
-            self._control_thread.join()
+        if self._control_thread is not None and self._control_thread is not threading.current_thread():
+            self._control_thread.join()  # (from on_window, on that thread: it ends once this returns)
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()
