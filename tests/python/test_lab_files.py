@@ -4,6 +4,8 @@ with one error naming the file or option (no traceback) before a run goes on wit
 wrong value."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -271,3 +273,42 @@ def test_a_truncated_or_damaged_transitions_archive_is_named(tmp_path, capsys, d
     assert main(["tune", str(p), "--quick", "--out", str(out)]) == 1
     _one_error_line(capsys, str(p), "damaged or truncated")
     assert not out.exists()
+
+
+# --- capacity files ---------------------------------------------------------------------
+
+def _capacity_file(tmp_path, **values) -> str:
+    import json
+
+    from nvmw.workloads.capacity import shipped_capacity_path
+
+    with open(shipped_capacity_path("optane-1dimm")) as fh:
+        d = json.load(fh)
+    d["interactive"]["ops_per_s"] = values.get("ops", d["interactive"]["ops_per_s"])
+    d["device_bandwidth"]["write_bytes_per_s"] = values.get("write", d["device_bandwidth"]["write_bytes_per_s"])
+    p = tmp_path / "cap.json"
+    p.write_text(json.dumps(d))
+    return str(p)
+
+
+@pytest.mark.parametrize("values, words", [({"ops": 1e20}, "interactive_ops_per_s must be at most 1e+09"),
+                                           ({"write": 1e15}, "write_bytes_per_s must be at most 1e+12")])
+def test_capacity_files_past_any_machine_are_refused(tmp_path, capsys, values, words):
+    from nvmw.workloads.capacity import load_capacity
+    from nvmw.workloads.phases import phase_workloads
+
+    path = _capacity_file(tmp_path, **values)
+    # Was: accepted; the simulator then took hours per window of a contended phase.
+    with pytest.raises(ValueError, match=re.escape(words)):
+        load_capacity(path)
+    assert main(["run-phase", "5", "--duration", "0.2", "--window", "0.1", "--capacity", path]) == 2
+    _one_error_line(capsys, path, words)
+    assert load_capacity(_capacity_file(tmp_path, ops=1e9, write=1e12)).interactive_ops_per_s == 1e9
+    assert phase_workloads(5, 0)[2] > 0  # the shipped capacity still scales the shipped phases
+
+
+def test_a_capacity_path_that_is_a_directory_is_named(tmp_path):
+    from nvmw.workloads.capacity import load_capacity
+
+    with pytest.raises(ValueError, match="cannot read the capacity file"):   # was: IsADirectoryError
+        load_capacity(str(tmp_path))
