@@ -312,3 +312,23 @@ def test_a_capacity_path_that_is_a_directory_is_named(tmp_path):
 
     with pytest.raises(ValueError, match="cannot read the capacity file"):   # was: IsADirectoryError
         load_capacity(str(tmp_path))
+
+
+def test_sim_fit_refuses_a_parameter_or_sweep_named_twice(tmp_path, capsys):
+    import json
+
+    from nvmw.lab.simfit import fit
+
+    rows = [{"phase": 1, "interactive_threads": i, "batch_threads": 1, "p99_us": 100.0 + i, "throughput": 4000.0}
+            for i in (1, 4)]
+    p = tmp_path / "sweep.json"
+    p.write_text(json.dumps({"rows": rows, "run": {"window_s": 0.1}}))
+    out = tmp_path / "fit.json"
+    # Was: fitted, the first jitter coordinate moving nothing; or each row counted twice.
+    for sweeps, extra in (([str(p)], ["--free", "jitter", "jitter"]), ([str(p), str(p)], [])):
+        with pytest.raises(SystemExit) as e:
+            main(["sim", "fit", *sweeps, "--windows", "1", "--max-evals", "2", "--out", str(out), *extra])
+        assert e.value.code == 2 and "is given more than once" in capsys.readouterr().err
+    assert not out.exists()
+    with pytest.raises(ValueError, match="named more than once: \\['jitter'\\]"):
+        fit(rows, window_s=0.1, windows=1, max_evals=2, names=("jitter", "background", "jitter"))

@@ -260,7 +260,7 @@ class Distinct(argparse.Action):
         seen = set()
         for v in values:
             if v in seen:
-                parser.error(f"argument {option_string}: {v} is given more than once")
+                parser.error(f"argument {option_string or self.metavar or self.dest}: {v} is given more than once")
             seen.add(v)
         setattr(namespace, self.dest, values)
 

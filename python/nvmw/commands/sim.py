@@ -9,7 +9,7 @@ import argparse
 import json
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import check_output_file, int_in, nonneg_int, positive_int, window_seconds
+from nvmw.commands._args import Distinct, check_output_file, int_in, nonneg_int, positive_int, window_seconds
 from nvmw.commands._args import add_pool_args, pool_config
 from nvmw.lab.calibration import load_sweep
 from nvmw.lab.lineup import deprecated
@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ssub.required = True
 
     q = ssub.add_parser("fit", help="fit the parameters to a real sweep (writes JSON)")
-    q.add_argument("sweep", nargs="+", help="sweep rows from nvmw calibrate --sweep-out (rows with "
+    q.add_argument("sweep", nargs="+", action=Distinct, help="sweep rows from nvmw calibrate --sweep-out (rows with "
                    "0 interactive and 0 batch threads are no-control runs)")
     q.add_argument("--out", required=True, help="parameter file to write")
     q.add_argument("--device", default=None, help="device profile (default: the sweep's)")
@@ -33,13 +33,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--windows", type=positive_int, default=8, help="simulated windows per configuration (default %(default)s)")
     q.add_argument("--max-evals", type=positive_int, default=150, help="Nelder-Mead evaluations (default %(default)s)")
     q.add_argument("--start", default=None, help="starting parameters (file or name; default: built-in)")
-    q.add_argument("--free", nargs="+", default=list(FIT_NAMES), choices=FITTABLE, metavar="NAME",
+    q.add_argument("--free", nargs="+", action=Distinct, default=list(FIT_NAMES), choices=FITTABLE, metavar="NAME",
                    help="parameters to fit (default %(default)s; also spin_us); the others keep --start's values")
     q.add_argument("--seed", type=nonneg_int, default=0)
     q.set_defaults(func=_fit)
 
     q = ssub.add_parser("check", help="how well a parameter file reproduces a real sweep (JSON)")
-    q.add_argument("sweep", nargs="+")
+    q.add_argument("sweep", nargs="+", action=Distinct)
     q.add_argument("--params", default=None, help="parameter file or name (default: the shipped fit)")
     q.add_argument("--device", default=None)
     q.add_argument("--window", type=window_seconds, default=None)

@@ -129,6 +129,10 @@ def fit(rows: Sequence[Mapping[str, Any]], *, window_s: float, device: str = "op
     bad = sorted(set(names) - set(FITTABLE))
     if bad or not names:
         raise ValueError(f"cannot fit {bad or 'nothing'}; fittable: {list(FITTABLE)}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        # A second coordinate of the simplex would move nothing (the last one sets the value).
+        raise ValueError(f"parameters to fit named more than once: {twice}")
     real = per_config(rows)
     if not real:
         raise ValueError("empty sweep")
