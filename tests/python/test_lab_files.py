@@ -332,3 +332,17 @@ def test_sim_fit_refuses_a_parameter_or_sweep_named_twice(tmp_path, capsys):
     assert not out.exists()
     with pytest.raises(ValueError, match="named more than once: \\['jitter'\\]"):
         fit(rows, window_s=0.1, windows=1, max_evals=2, names=("jitter", "background", "jitter"))
+
+
+@pytest.mark.parametrize("grid, words", [("1,1", "given more than once"),       # was: 1/1 swept and reported twice
+                                         ("1,,2", "comma-separated integers")])  # was: read as 1,2
+def test_sweep_grids_are_checked_at_parse_time(tmp_path, capsys, grid, words):
+    from nvmw.lab.sweep import SweepConfig
+
+    out = tmp_path / "sweep"
+    with pytest.raises(SystemExit) as e:
+        main(["sweep", "--grid-i", grid, "--grid-b", "1", "--reps", "1", "--duration", "0.1", "-o", str(out)])
+    assert e.value.code == 2 and words in capsys.readouterr().err
+    assert not out.exists()
+    with pytest.raises(ValueError, match="more than once"):
+        SweepConfig(grid_i=(1, 4), grid_b=(2, 2)).validate()

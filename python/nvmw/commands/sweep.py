@@ -14,11 +14,13 @@ from nvmw.lab.sweep import SweepConfig, quick_config, run_sweep
 
 def _int_list(text: str) -> tuple:
     try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
+        values = tuple(int(v) for v in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"a pool size is given more than once in {text!r}")
     return values
 
 

@@ -121,6 +121,9 @@ class SweepConfig:
                 # than the one it names.
                 raise ValueError(f"{name} values must be in [1, {DEFAULT_MAX_THREADS}] (the middleware's "
                                  f"max_threads), got {grid!r}")
+            if len(set(int(v) for v in grid)) != len(grid):
+                # Each configuration would be swept twice and reported twice under one name.
+                raise ValueError(f"{name} names a pool size more than once: {grid!r}")
         if self.reps < 1:
             raise ValueError(f"reps must be >= 1, got {self.reps}")
         if not self.duration_s > 0:
