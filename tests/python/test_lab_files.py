@@ -346,3 +346,22 @@ def test_sweep_grids_are_checked_at_parse_time(tmp_path, capsys, grid, words):
     assert not out.exists()
     with pytest.raises(ValueError, match="more than once"):
         SweepConfig(grid_i=(1, 4), grid_b=(2, 2)).validate()
+
+
+# --- SLA specs whose reward overflows -----------------------------------------------------
+
+@pytest.mark.parametrize("key", ["lat_penalty", "tp_penalty"])
+def test_an_sla_penalty_that_makes_rewards_infinite_is_refused(tmp_path, capsys, key):
+    from nvmw.control.sla import SLASpec
+
+    p = tmp_path / "spec.toml"
+    p.write_text(f"[sla]\nlat_goal = 200.0\ntp_goal = 1000.0\n{key} = 1e308\n")
+    with pytest.raises(ValueError, match=f"{key} is too large"):
+        SLASpec.from_toml(p)
+    out = tmp_path / "out"
+    # Was: a run whose every reward was -inf, reported as nan in each row of the tables.
+    assert main(["evaluate", "--env", "synthetic", "--steps", "2", "--switch-every", "1", "--controllers", "aimd",
+                 "--sla", str(p), "--out", str(out)]) == 1
+    _one_error_line(capsys, str(p), key)
+    assert not (out / "eval.json").exists()
+    assert SLASpec(lat_goal=200.0, tp_goal=1000.0, **{key: 1e290}).lat_goal == 200.0

@@ -76,10 +76,16 @@ class SLASpec:
             if getattr(self, attr) <= self.min_scale:
                 raise ValueError(f"SLASpec.{attr} must exceed min_scale "
                                  f"({getattr(self, attr)!r} <= {self.min_scale!r})")
-        for attr in ("lat_penalty", "tp_penalty"):
-            if getattr(self, attr) < 0:
+        for attr, scale in (("lat_penalty", "max_scale_lat"), ("tp_penalty", "max_scale_tp")):
+            penalty = getattr(self, attr)
+            if penalty < 0:
                 raise ValueError(f"SLASpec.{attr} must be >= 0 (a negative one rewards a missed goal), "
-                                 f"got {getattr(self, attr)!r}")
+                                 f"got {penalty!r}")
+            # A window a million times past the top of the scale must still get a finite
+            # reward: an infinite one turns every mean and quantile of a run into NaN.
+            if not math.isfinite(penalty * (getattr(self, scale) - self.min_scale) * 1e6):
+                raise ValueError(f"SLASpec.{attr} is too large: a window far outside the scale would get an infinite "
+                                 f"reward, got {penalty!r}")
         for attr, top, scale in (("lat_goal", "max_latency", "max_scale_lat"),
                                  ("tp_goal", "max_throughput", "max_scale_tp")):
             top_value, scale_value = getattr(self, top), getattr(self, scale)
