@@ -365,3 +365,16 @@ def test_an_sla_penalty_that_makes_rewards_infinite_is_refused(tmp_path, capsys,
     _one_error_line(capsys, str(p), key)
     assert not (out / "eval.json").exists()
     assert SLASpec(lat_goal=200.0, tp_goal=1000.0, **{key: 1e290}).lat_goal == 200.0
+
+
+@pytest.mark.parametrize("text", ["tp_penalty = 1.0\n[sla]\nlat_goal = 200.0\ntp_goal = 1000.0\n",  # key above [sla]
+                                  "[sla]\nlat_goal = 200.0\ntp_goal = 1000.0\n[sla_extra]\ntp_penalty = 1.0\n"])
+def test_sla_keys_outside_the_sla_table_are_refused(tmp_path, text):
+    from nvmw.control.sla import SLASpec
+
+    p = tmp_path / "spec.toml"
+    p.write_text(text)
+    # Was: ignored; the run used the default tp_penalty.
+    with pytest.raises(ValueError, match="beside \\[sla\\]") as e:
+        SLASpec.from_toml(p)
+    assert str(p) in str(e.value)

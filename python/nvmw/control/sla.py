@@ -120,6 +120,11 @@ class SLASpec:
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"{path}: not valid TOML: {e}") from None
         if "sla" in data and isinstance(data["sla"], dict):
+            beside = sorted(set(data) - {"sla"})
+            if beside:
+                # A misplaced key or table would otherwise be ignored, its value never used.
+                raise ValueError(f"{path}: keys or tables beside [sla]: {', '.join(beside)} (an SLA spec "
+                                 "is one [sla] table)")
             data = data["sla"]
         missing = [k for k in ("lat_goal", "tp_goal") if k not in data]
         if missing:
