@@ -378,3 +378,30 @@ def test_sla_keys_outside_the_sla_table_are_refused(tmp_path, text):
     with pytest.raises(ValueError, match="beside \\[sla\\]") as e:
         SLASpec.from_toml(p)
     assert str(p) in str(e.value)
+
+
+# --- oracle tables ------------------------------------------------------------------------
+
+_REST = '"2": [4, 4], "3": [4, 4], "4": [4, 4], "5": [4, 4], "6": [4, 4]'
+
+
+@pytest.mark.parametrize("entries, words", [
+    ('"1": [40, 4]', "thread counts in [1, 32]"),           # was: refused mid-run when phase 1 came up
+    ('"1": [4, 4], "1": [8, 8]', "'1' appear more than once"),  # was: the last entry, silently
+    ('"1": [4, 4], "01": [8, 8]', "are both phase 1"),
+])
+def test_oracle_tables_out_of_range_or_with_repeated_phases_are_refused(tmp_path, capsys, entries, words):
+    from nvmw.control.controllers import OracleFixed
+
+    p = tmp_path / "oracle.json"
+    p.write_text('{"table": {%s, %s}}' % (entries, _REST))
+    with pytest.raises(ValueError, match=re.escape(words)) as e:
+        OracleFixed.from_json(p)
+    assert str(p) in str(e.value)
+    out = tmp_path / "out"
+    assert main(["evaluate", "--env", "sim", "--steps", "2", "--switch-every", "1", "--controllers", "oracle",
+                 "--oracle", str(p), "--out", str(out)]) == 1
+    _one_error_line(capsys, str(p), words)
+    assert not (out / "eval.json").exists()
+    p.write_text('{"table": {"1": [32, 1], %s}}' % _REST)
+    assert OracleFixed.from_json(p).table[1] == (32, 1)

@@ -130,24 +130,48 @@ class OracleFixed(Controller):
         """Load {"table": {"1": [i, b], ...}} as written by `nvmw calibrate`; ValueError
         naming the file for anything else (every phase an integer, every entry two thread
         counts >= 1)."""
+        from nvmw.middleware import DEFAULT_MAX_THREADS
+
+        def pairs(items: list) -> dict:
+            keys = [k for k, _ in items]
+            twice = sorted({k for k in keys if keys.count(k) > 1})
+            if twice:  # json.load would keep the last one without a word
+                raise _DuplicateKeys(twice)
+            return dict(items)
+
         try:
             with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
+                data = json.load(fh, object_pairs_hook=pairs)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"{path}: not an oracle table (not JSON: {e})") from None
+        except _DuplicateKeys as e:
+            raise ValueError(f"{path}: key{'s' if len(e.keys) > 1 else ''} {', '.join(map(repr, e.keys))} "
+                             "appear more than once in one object") from None
         table = data.get("table", data.get("oracle")) if isinstance(data, dict) else None
         if not isinstance(table, dict):
             raise ValueError(f"{path}: no 'table' mapping phase -> [i, b]")
         if not table:
             raise ValueError(f"{path}: the oracle table is empty")
+        seen: dict[int, str] = {}
         for phase, cfg in table.items():
             if not phase.strip().isdigit():
                 raise ValueError(f"{path}: table key {phase!r} is not a phase number")
+            if int(phase) in seen:
+                raise ValueError(f"{path}: table keys {seen[int(phase)]!r} and {phase!r} are both phase {int(phase)}")
+            seen[int(phase)] = phase
             if not (isinstance(cfg, list) and len(cfg) == 2
-                    and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in cfg)):
-                raise ValueError(f"{path}: phase {phase}: expected [interactive, batch] thread counts >= 1, "
-                                 f"got {cfg!r}")
+                    and all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= DEFAULT_MAX_THREADS
+                            for n in cfg)):
+                # Past the pools' size the run would refuse the entry only when its phase came up.
+                raise ValueError(f"{path}: phase {phase}: expected [interactive, batch] thread counts in "
+                                 f"[1, {DEFAULT_MAX_THREADS}], got {cfg!r}")
         return cls(table, source=path)
+
+
+class _DuplicateKeys(Exception):
+    def __init__(self, keys: list):
+        super().__init__(keys)
+        self.keys = keys
 
 
 def _clamp(x: float, lo: int, hi: int) -> int:
