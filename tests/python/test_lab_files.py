@@ -405,3 +405,21 @@ def test_oracle_tables_out_of_range_or_with_repeated_phases_are_refused(tmp_path
     assert not (out / "eval.json").exists()
     p.write_text('{"table": {"1": [32, 1], %s}}' % _REST)
     assert OracleFixed.from_json(p).table[1] == (32, 1)
+
+
+# --- simulator parameters -------------------------------------------------------------------
+
+def test_a_round_robin_quantum_too_fine_to_simulate_is_refused(tmp_path, capsys):
+    import json
+
+    from nvmw.rl.simparams import load_params
+
+    p = tmp_path / "params.json"
+    p.write_text(json.dumps({"params": {"quantum_us": 1e-300}}))
+    # Was: accepted; the first simulated window never ended.
+    with pytest.raises(ValueError, match="quantum_us must be 0 \\(processor sharing\\) or at least 0.1"):
+        load_params(str(p))
+    assert main(["sim", "run", "--phase", "1", "--windows", "1", "--params", str(p)]) == 1
+    _one_error_line(capsys, str(p), "quantum_us")
+    for ok in (0.0, 0.1, 5000.0):
+        assert load_params({"quantum_us": ok})["quantum_us"] == ok

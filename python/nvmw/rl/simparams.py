@@ -51,6 +51,11 @@ def load_params(name_or_path: "str | os.PathLike | Mapping | None" = None, devic
 
 #: Parameters that must be > 0 (the others >= 0, and background < 1), as the core checks them.
 _POSITIVE = ("cores", "copy_bytes_per_ns")
+#: The shortest round-robin quantum taken, us (0 means processor sharing): the simulator
+#: slices every piece of CPU work into quanta, so a window at 1e-300 us never ends, and
+#: even 1e-4 us takes seconds per window. No scheduler slices finer than this; the fit
+#: searches 1 to 20,000 us.
+MIN_QUANTUM_US = 0.1
 
 
 def _checked(params: dict, where: str) -> dict:
@@ -67,6 +72,9 @@ def _checked(params: dict, where: str) -> dict:
         if not v >= 0 or (k == "background" and not v < 1):
             raise ValueError(f"{where}: simulator parameter {k} must be "
                              f"{'in [0, 1)' if k == 'background' else '>= 0'}, got {v!r}")
+        if k == "quantum_us" and 0 < v < MIN_QUANTUM_US:
+            raise ValueError(f"{where}: simulator parameter quantum_us must be 0 (processor sharing) or at least "
+                             f"{MIN_QUANTUM_US:g}, got {v!r}")
     out = default_params()
     out.update({k: float(v) for k, v in params.items()})
     return out
