@@ -18,7 +18,7 @@ import pytest
 from nvmw import _core
 from nvmw.cli import main
 from nvmw.control.loop import INFO_KEYS
-from nvmw.errors import NotSupportedError, ShutdownError
+from nvmw.errors import InvalidArgumentError, NotSupportedError, ShutdownError
 from nvmw.lab.service import Service, run_until_signal
 
 
@@ -386,3 +386,26 @@ def test_stop_from_the_window_callback_while_another_thread_stops():
     assert returned.is_set()
     assert server.events == ["start", "stop"]
     assert not svc._control_thread.is_alive()
+
+
+@pytest.mark.parametrize("kw, error, message", [
+    ({"port": 1 << 40}, InvalidArgumentError, r"port must be an integer in \[0, 65535\], got 1099511627776"),
+    ({"metrics_port": 70000}, InvalidArgumentError, r"metrics_port must be an integer in \[0, 65535\]"),
+    ({"max_clients": -1}, InvalidArgumentError, r"max_clients must be an integer in \[0, 2\^64-1\], got -1"),
+    ({"max_bulk_bytes": 1 << 70}, InvalidArgumentError, r"max_bulk_bytes must be an integer in \[0, 2\^64-1\]"),
+    ({"io_threads": 1 << 40}, InvalidArgumentError, r"io_threads must be an integer in \[-2\^31, 2\^31-1\]"),
+    ({"max_args": 2.5}, InvalidArgumentError, r"max_args must be an integer, got 2.5"),
+    ({"port": "6379"}, TypeError, r"port must be an integer, not str"),
+    ({"protected_mode": "yes"}, TypeError, r"protected_mode must be True or False, got 'yes'"),
+])
+def test_service_arguments_outside_their_type_are_refused_naming_them(kw, error, message):
+    # They reached the server's binding, whose TypeError listed its signatures without
+    # naming the argument (or, for the metrics port, an OverflowError from bind()).
+    with pytest.raises(error, match=message):
+        Service(engine="memory", **kw)
+
+
+def test_service_limits_reach_the_server_as_given():
+    svc = Service(engine="memory", port=0, server_factory=StubServer, max_clients=5.0,
+                  io_threads=2, protected_mode=False)
+    assert svc.limits == {"max_clients": 5, "io_threads": 2, "protected_mode": False}

@@ -30,8 +30,17 @@ from nvmw.control.loop import ControlLoop, Reading
 from nvmw.control.sla import SLASpec, load_spec
 from nvmw.errors import NotSupportedError, ShutdownError, StorageIOError
 from nvmw.lab.lineup import ControllerContext, make_controller
-from nvmw.middleware import Middleware
+from nvmw.middleware import _UINT64, Middleware, _c_int, _flag
 from nvmw.stop_signals import STOP_SIGNALS, StopSignals
+
+#: A TCP port's range, as the core's integer-type ranges (nvmw.middleware) are written.
+_PORT = (0, 65535, "[0, 65535]")
+
+
+def _size(name: str, value: Any) -> int:
+    """`value` as the core's size_t / uint64_t option `name`, or an error naming it."""
+    return _c_int(name, value, _UINT64)
+
 
 #: Where the pools start when the controller states no starting point of its own
 #: (the thesis's fixed baseline, as phase runs do).
@@ -138,19 +147,22 @@ class Service:
         self.path = path
         self.window_s = float(window_s)
         self.bind = bind
-        self._port = int(port)
+        self._port = _c_int("port", port, _PORT)
         self.password = password or ""
-        self._metrics_port = metrics_port
+        self._metrics_port = None if metrics_port is None else _c_int("metrics_port", metrics_port, _PORT)
         self.pool_size = int(pool_size)
         self.max_threads = int(max_threads)
         self.batch_nice = int(batch_nice)
         if not 0 <= self.batch_nice <= 19:
             raise ValueError(f"batch_nice must be in [0, 19], not {batch_nice}")
-        self.limits = {k: v for k, v in (("max_clients", max_clients), ("max_bulk_bytes", max_bulk_bytes),
-                                         ("max_args", max_args), ("max_output_bytes", max_output_bytes),
-                                         ("io_threads", io_threads), ("batch_io_threads", batch_io_threads),
-                                         ("batch_io_idle", batch_io_idle),
-                                         ("protected_mode", protected_mode)) if v is not None}
+        # Each checked against its type in the core here (naming it); the server checks
+        # its own ranges when it starts.
+        self.limits = {k: check(k, v) for k, v, check in (
+            ("max_clients", max_clients, _size), ("max_bulk_bytes", max_bulk_bytes, _size),
+            ("max_args", max_args, _size), ("max_output_bytes", max_output_bytes, _size),
+            ("io_threads", io_threads, _c_int), ("batch_io_threads", batch_io_threads, _c_int),
+            ("batch_io_idle", batch_io_idle, _flag),
+            ("protected_mode", protected_mode, _flag)) if v is not None}
         self.on_window = on_window
         self.server_factory = server_factory
         self.mw: Optional[Middleware] = None
