@@ -209,7 +209,11 @@ void YcsbGenerator::Impl::Client(int t) {
     }
     Clock::time_point begin = Clock::now();
     if (paced) {
-      if (has_deadline && due >= deadline) break;
+      // Past the deadline by the schedule or by the clock: a client that falls behind a
+      // pace faster than it can issue would otherwise run until its schedule (which
+      // advances one period per request) reached the deadline, or never with a period
+      // that rounds to 0 ns.
+      if (has_deadline && (due >= deadline || begin >= deadline)) break;
       if (due > begin) Sleep(due);
       if (stop.stopped()) break;
       begin = due;  // latency from the scheduled start (coordinated omission)

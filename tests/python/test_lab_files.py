@@ -423,3 +423,22 @@ def test_a_round_robin_quantum_too_fine_to_simulate_is_refused(tmp_path, capsys)
     _one_error_line(capsys, str(p), "quantum_us")
     for ok in (0.0, 0.1, 5000.0):
         assert load_params({"quantum_us": ok})["quantum_us"] == ok
+
+
+# --- YCSB paced faster than its clients ------------------------------------------------------
+
+def test_ycsb_paced_faster_than_its_clients_ends_at_its_duration():
+    import json
+    import os
+    import subprocess
+    import sys
+
+    # Was: each client ran until its schedule, one period per request, reached the
+    # deadline: --duration 0.2 at 1e8 ops/s took about 10 s, at 1e12 ops/s (a period
+    # that rounds to 0 ns) it never ended.
+    r = subprocess.run([sys.executable, "-m", "nvmw", "ycsb", "--duration", "0.2", "--threads", "2",
+                        "--records", "100", "--target-rate", "1e12", "--json"],
+                       capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    assert result["all"]["ops"] > 0 and result["all"]["errors"] == 0
