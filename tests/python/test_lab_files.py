@@ -442,3 +442,22 @@ def test_ycsb_paced_faster_than_its_clients_ends_at_its_duration():
     assert r.returncode == 0, r.stderr
     result = json.loads(r.stdout)
     assert result["all"]["ops"] > 0 and result["all"]["errors"] == 0
+
+
+# --- phase files -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("synth", ["{ seed = 5 }", "{ rows = 10 }"])
+def test_a_phase_synth_table_cannot_set_rows_or_seed(tmp_path, capsys, synth):
+    from nvmw.workloads import phases
+
+    p = tmp_path / "p.toml"
+    p.write_text("number = 9\n[interactive]\nsource = 'azure'\nrequests = 200\nclients = 4\nmin_bytes = 30\n"
+                 f"max_bytes = 50\nwrite_ratio = 0.2\ntarget_ops_per_s = 1000\nloop = true\nsynth = {synth}\n"
+                 "[batch]\nsource = 'svd'\nrequests = 100\nclients = 2\nfixed_bytes = 8000\nwrite_ratio = 0.5\n"
+                 "key_space = 16\ntarget_ops_per_s = 100\nloop = true\n")
+    with pytest.raises(ValueError, match="synth cannot set") as e:
+        phases.load_phase(p)
+    assert str(p) in str(e.value) and "[interactive]" in str(e.value)
+    # Was: TypeError "synth() got multiple values for keyword argument", a traceback.
+    assert main(["run-phase", str(p), "--duration", "0.2", "--window", "0.1"]) == 2
+    _one_error_line(capsys, str(p), "synth cannot set")

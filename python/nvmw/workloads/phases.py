@@ -133,6 +133,11 @@ def _check_class_values(d: dict, where: str) -> None:
         raise ValueError(f"{where}: loop must be true or false, got {d['loop']!r}")
     if "synth" in d and not isinstance(d["synth"], dict):
         raise ValueError(f"{where}: synth must be a table of synthesis options, got {d['synth']!r}")
+    fixed = sorted(set(d.get("synth", {})) & {"rows", "seed"})
+    if fixed:
+        # The phase sets them itself (synth_rows or requests, and the run's seed).
+        raise ValueError(f"{where}: synth cannot set {', '.join(fixed)}: the phase sets "
+                         "rows (synth_rows, or requests for svd) and seed (the run's --seed)")
     if "path" in d and not isinstance(d["path"], str):
         raise ValueError(f"{where}: path must be a string, got {d['path']!r}")
     if "format" in d and d["format"] not in TRACE_FORMATS:
