@@ -461,3 +461,20 @@ def test_a_phase_synth_table_cannot_set_rows_or_seed(tmp_path, capsys, synth):
     # Was: TypeError "synth() got multiple values for keyword argument", a traceback.
     assert main(["run-phase", str(p), "--duration", "0.2", "--window", "0.1"]) == 2
     _one_error_line(capsys, str(p), "synth cannot set")
+
+
+# --- evaluate --quick and the options it sets --------------------------------------------------
+
+def test_evaluate_quick_keeps_the_steps_window_and_switch_given(tmp_path):
+    import json
+
+    out = tmp_path / "out"
+    # Was: --quick replaced them with 400 steps, 0.1 s windows and a switch every 100.
+    assert main(["evaluate", "--env", "synthetic", "--quick", "--steps", "40", "--switch-every", "10",
+                 "--controllers", "fixed:4,4", "aimd", "--out", str(out)]) == 0
+    header = json.loads((out / "run.json").read_text())
+    assert (header["steps"], header["switch_every"], header["window_s"]) == (40, 10, 0.1)
+    assert main(["evaluate", "--env", "synthetic", "--quick", "--window", "0.5", "--steps", "200",
+                 "--controllers", "fixed:4,4", "aimd", "--out", str(out)]) == 0
+    header = json.loads((out / "run.json").read_text())
+    assert (header["steps"], header["window_s"], header["switch_every"]) == (200, 0.5, 100)

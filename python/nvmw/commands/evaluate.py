@@ -16,13 +16,26 @@ from nvmw.lab.evaluation import evaluate_lineup, write_outputs
 from nvmw.lab.lineup import DEFAULT_LINEUP, ControllerContext, deprecated
 
 
+#: --steps, --window and --switch-every by default, and with --quick.
+_FULL = {"steps": 4000, "window": 1.0, "switch_every": 200}
+_QUICK = {"steps": 400, "window": 0.1, "switch_every": 100}
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evaluate", help=SUMMARIES["evaluate"],
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_env_args(p, window_default=1.0, steps=False)
-    p.add_argument("--steps", type=positive_int, default=4000, help="steps of the long run (default %(default)s)")
-    p.add_argument("--switch-every", type=positive_int, default=200, help="steps per phase segment (default %(default)s)")
-    p.add_argument("--quick", action="store_true", help="400 steps, 0.1 s windows, switch every 100")
+    # Left None when not given, so that --quick fills in only what the command line does not set.
+    for action in p._actions:
+        if action.dest == "window":
+            action.default, action.help = None, f"monitor window, s (default {_FULL['window']:g}; --quick: " \
+                                                f"{_QUICK['window']:g})"
+    p.add_argument("--steps", type=positive_int, default=None,
+                   help=f"steps of the long run (default {_FULL['steps']}; --quick: {_QUICK['steps']})")
+    p.add_argument("--switch-every", type=positive_int, default=None,
+                   help=f"steps per phase segment (default {_FULL['switch_every']}; --quick: {_QUICK['switch_every']})")
+    p.add_argument("--quick", action="store_true", help="400 steps, 0.1 s windows, switch every 100 (each unless "
+                   "given: --quick --steps 40 runs 40 steps)")
     p.add_argument("--sequential", action="store_true", help="run each controller's whole run before the next "
                    "one's (default: controllers take turns, one phase segment each)")
     p.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=False,
@@ -64,8 +77,9 @@ def run(args) -> int:
         raise ValueError("--save-agent needs --online or the q-learning-online controller "
                          "(without either the agent does not change)")
     check_output_file(args.save_agent, "--save-agent")
-    if args.quick:
-        args.steps, args.window, args.switch_every = 400, 0.1, 100
+    for key, value in (_QUICK if args.quick else _FULL).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     context = ControllerContext(device=args.device if args.env in ("real", "sim") else args.env,
                                 agent_path=args.agent, oracle_path=args.oracle,
                                 fixed=tuple(args.fixed) if args.fixed else (15, 15), online=args.online,
