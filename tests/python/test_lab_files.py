@@ -478,3 +478,14 @@ def test_evaluate_quick_keeps_the_steps_window_and_switch_given(tmp_path):
                  "--controllers", "fixed:4,4", "aimd", "--out", str(out)]) == 0
     header = json.loads((out / "run.json").read_text())
     assert (header["steps"], header["window_s"], header["switch_every"]) == (200, 0.5, 100)
+
+
+def test_a_simulator_parameter_given_twice_is_refused(tmp_path):
+    from nvmw.rl.simparams import load_params
+
+    p = tmp_path / "params.json"
+    p.write_text('{"params": {"jitter": 0.5, "op_cpu_us": 3.0, "jitter": 1.5}}')
+    # Was: jitter 1.5, the first value dropped without a word.
+    with pytest.raises(ValueError, match="'jitter' given more than once") as e:
+        load_params(str(p))
+    assert str(p) in str(e.value)

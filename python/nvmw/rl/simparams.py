@@ -42,11 +42,20 @@ def load_params(name_or_path: "str | os.PathLike | Mapping | None" = None, devic
             raise FileNotFoundError(f"no simulator parameter file {name_or_path!r} (shipped: {list_params()})")
         try:
             with open(path, encoding="utf-8") as fh:
-                params = dict(json.load(fh)["params"])
+                params = dict(json.load(fh, object_pairs_hook=_no_repeats)["params"])
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{path}: not a simulator parameter file ({e})") from None
         return _checked(params, path)
     return _checked(params, "simulator parameters")
+
+
+def _no_repeats(pairs: list) -> dict:
+    """A JSON object, refusing a key given twice (json.load would keep the last silently)."""
+    keys = [k for k, _ in pairs]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise ValueError(f"key {', '.join(map(repr, twice))} given more than once in one object")
+    return dict(pairs)
 
 
 #: Parameters that must be > 0 (the others >= 0, and background < 1), as the core checks them.
