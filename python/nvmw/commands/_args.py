@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Iterator, Optional
 from nvmw.commands._util import ensure_pmem_force
 from nvmw.control.controllers import NoControl
 from nvmw.lab.lineup import CONTROLLER_NAMES, ControllerContext, canonical_name, deprecated, make_controller
+from nvmw.workloads.phases import list_phases
 
 if TYPE_CHECKING:
     from nvmw.rl.envs import ControlEnv
@@ -240,8 +241,6 @@ open_fraction.__name__ = "number"
 
 def phase_number(text: str) -> int:
     """argparse type: the number of a shipped phase."""
-    from nvmw.workloads.phases import list_phases
-
     value = _number(int, text, None, None, "")
     shipped = list_phases()
     if value not in shipped:

@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from nvmw.control.sla import SLASpec, reward
+from nvmw.middleware import DEFAULT_MAX_THREADS
 
 Decision = "int | tuple[int, int]"
 
@@ -130,8 +131,6 @@ class OracleFixed(Controller):
         """Load {"table": {"1": [i, b], ...}} as written by `nvmw calibrate`; ValueError
         naming the file for anything else (every phase an integer, every entry two thread
         counts >= 1)."""
-        from nvmw.middleware import DEFAULT_MAX_THREADS
-
         def pairs(items: list) -> dict:
             keys = [k for k, _ in items]
             twice = sorted({k for k in keys if keys.count(k) > 1})
