@@ -28,6 +28,12 @@
 
 namespace nvmw {
 
+// The longest schedule a trace, a synthetic trace or a replay may span, seconds (about
+// 31 years). Trace time is int64 microseconds and replay time int64 nanoseconds (2^63 ns
+// is about 292 years); a schedule past either would wrap to negative times, so longer
+// ones are refused.
+inline constexpr double kMaxScheduleS = 1e9;
+
 enum class TraceOp : uint8_t { kRead = 0, kWrite = 1 };
 
 struct TraceRecord {

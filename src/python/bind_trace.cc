@@ -264,6 +264,7 @@ nb::dict JoinInterruptibly(PyReplay& pr) {
 }  // namespace
 
 void BindTrace(nb::module_& m) {
+  m.attr("MAX_SCHEDULE_S") = kMaxScheduleS;  // refused past it by synth and replay
   nb::class_<Trace>(m, "Trace",
                     "A storage-access trace: records (time_us, op, key, bytes) sorted by time.")
       .def(nb::init<>())

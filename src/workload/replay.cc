@@ -109,7 +109,24 @@ struct Replay::Impl {
     if (!(options.accel > 0) || !std::isfinite(options.accel)) {
       return Status::InvalidArgument("replay: accel must be > 0");
     }
-    if (!(options.duration_s >= 0)) return Status::InvalidArgument("replay: duration_s must be >= 0");
+    if (!(options.duration_s >= 0 && options.duration_s <= kMaxScheduleS)) {
+      return Status::InvalidArgument("replay: duration_s must be in [0, 1e9] s, got " +
+                                     std::to_string(options.duration_s));
+    }
+    // The loop period, as the constructor computes it in int64 nanoseconds.
+    const auto& recs = trace.records;
+    const double span_s =
+        static_cast<double>(recs.back().time_us - recs.front().time_us) / 1e6 / options.accel;
+    const double gap_s = recs.size() > 1 && span_s > 0 ? span_s / static_cast<double>(recs.size() - 1)
+                                                       : 1.0 / options.accel;
+    if (!(span_s + gap_s <= kMaxScheduleS)) {
+      char text[160];
+      std::snprintf(text, sizeof(text),
+                    "replay: at accel %g the trace's schedule spans %g s, more than the 1e9 s a "
+                    "replay can schedule",
+                    options.accel, span_s + gap_s);
+      return Status::InvalidArgument(text);
+    }
     if (options.preload_threads < 1) return Status::InvalidArgument("replay: preload_threads must be >= 1");
     return Status::OK();
   }

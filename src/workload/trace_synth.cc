@@ -51,6 +51,13 @@ Status SynthesizeAzure(const AzureSynthOptions& o, Trace* trace) {
   if (!(o.write_fraction >= 0 && o.write_fraction <= 1)) {
     return Status::InvalidArgument("azure synth: write_fraction must be in [0, 1]");
   }
+  // One mean gap per row after the first (the exponential gaps' sum strays from it by
+  // far less than the int64 microseconds' margin above kMaxScheduleS).
+  if (!(static_cast<double>(o.rows - 1) / o.accesses_per_s <= kMaxScheduleS)) {
+    return Status::InvalidArgument("azure synth: " + std::to_string(o.rows) + " rows at " +
+                                   std::to_string(o.accesses_per_s) +
+                                   " accesses/s would span more than 1e9 s: too long to schedule");
+  }
   Rng rng(o.seed);
   struct Blob {
     std::string name;
@@ -99,6 +106,12 @@ Status SynthesizeSvd(const SvdSynthOptions& o, Trace* trace) {
   if (o.tasks < 1 || o.tasks > 100000) return Status::InvalidArgument("svd synth: tasks must be in [1, 100000]");
   if (!(o.task_ms >= 0) || !(o.gap_between_jobs_ms >= 0)) {
     return Status::InvalidArgument("svd synth: task_ms and gap_between_jobs_ms must be >= 0");
+  }
+  // At most one task time and one gap between jobs per record: a bound, not the span.
+  if (!(static_cast<double>(o.rows) * (o.task_ms + o.gap_between_jobs_ms) / 1e3 <= kMaxScheduleS)) {
+    return Status::InvalidArgument("svd synth: " + std::to_string(o.rows) +
+                                   " rows of up to task_ms + gap_between_jobs_ms each would span "
+                                   "more than 1e9 s: too long to schedule");
   }
   Rng rng(o.seed);
   trace->records.clear();

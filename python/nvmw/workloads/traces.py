@@ -15,8 +15,9 @@ CLASSES = ("interactive", "batch", "auto")
 
 #: The longest schedule a replay or a synthetic trace may span, s (about 31 years): the
 #: core counts trace and replay time in int64 micro- and nanoseconds (2^63 ns is about
-#: 292 years), and a schedule past that wraps to negative times instead of failing.
-MAX_SCHEDULE_S = 1e9
+#: 292 years) and refuses longer schedules, which would wrap to negative times. The
+#: commands check it before any work starts.
+MAX_SCHEDULE_S = float(_core.MAX_SCHEDULE_S)
 
 #: Keys of the dict printed by `nvmw trace stats --json` (see docs/workloads-trace.md).
 STATS_KEYS = ("rows", "reads", "writes", "skipped_rows", "bytes_p50", "bytes_p99", "duration_s")

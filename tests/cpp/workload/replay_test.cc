@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -268,6 +269,29 @@ TEST(Replay, RejectsBadOptions) {
   EXPECT_TRUE(Replay(MakeTrace(3, 1, 3), o).Run(f.mw.get(), &r).IsInvalidArgument());
   EXPECT_TRUE(Replay(Trace(), ReplayOptions()).Run(f.mw.get(), &r).IsInvalidArgument());
   EXPECT_TRUE(Replay(MakeTrace(3, 1, 3), ReplayOptions()).Run(nullptr, &r).IsInvalidArgument());
+}
+
+// A schedule past what int64 nanoseconds hold wrapped to negative due times (every
+// record issued at once, a p99 of ~9e15 us) and a duration of 1e300 s ended at once.
+TEST(Replay, RefusesSchedulesPastTheClock) {
+  Fixture f;
+  ReplayResult r;
+  ReplayOptions o;
+  o.accel = 1e-300;  // 2 ms of trace stretched to ~6e294 s
+  Status s = Replay(MakeTrace(3, 1, 3), o).Run(f.mw.get(), &r);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.ToString().find("more than the 1e9 s"), std::string::npos) << s.ToString();
+  o.accel = 1e-6;  // 3 ms of trace (span plus a mean gap) at 1e-6: 3,000 s, schedulable
+  o.duration_s = 0.05;
+  s = Replay(MakeTrace(3, 1, 3), o).Run(f.mw.get(), &r);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(r.all.ops, 1u);  // the first record; the next is due 1,000 s later
+  o = ReplayOptions();
+  for (double d : {1e300, std::numeric_limits<double>::infinity(), 2e9}) {
+    o.duration_s = d;
+    s = Replay(MakeTrace(3, 1, 3), o).Run(f.mw.get(), &r);
+    EXPECT_TRUE(s.IsInvalidArgument()) << d << ": " << s.ToString();
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 #include <map>
+#include <limits>
 #include <string>
 
 #include "nvmw/trace.h"
@@ -356,6 +357,26 @@ TEST(SvdSynth, TaskGraphShape) {
     EXPECT_LE(t.records[i - 1].time_us, t.records[i].time_us);
   }
   EXPECT_TRUE(SynthesizeSvd(SvdSynthOptions{.rows = 0}, &t).IsInvalidArgument());
+}
+
+// Past the int64 microseconds of trace time the offsets wrapped: a rate of 1e-300
+// wrote every row at one time, a task of 1e300 ms wrote negative times.
+TEST(Synth, RefusesTracesThatWouldSpanPastTheClock) {
+  Trace t;
+  AzureSynthOptions a;
+  a.rows = 10;
+  a.accesses_per_s = 1e-300;
+  Status s = SynthesizeAzure(a, &t);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  a.accesses_per_s = 1e-7;  // 9 gaps of 1e7 s: schedulable
+  EXPECT_TRUE(SynthesizeAzure(a, &t).ok());
+  SvdSynthOptions v;
+  v.rows = 100;
+  v.task_ms = 1e300;
+  s = SynthesizeSvd(v, &t);
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  v.task_ms = std::numeric_limits<double>::infinity();
+  EXPECT_TRUE(SynthesizeSvd(v, &t).IsInvalidArgument());
 }
 
 TEST(TraceFilter, WindowSizeAndCap) {
