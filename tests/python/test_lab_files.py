@@ -387,7 +387,7 @@ _REST = '"2": [4, 4], "3": [4, 4], "4": [4, 4], "5": [4, 4], "6": [4, 4]'
 
 @pytest.mark.parametrize("entries, words", [
     ('"1": [40, 4]', "thread counts in [1, 32]"),           # was: refused mid-run when phase 1 came up
-    ('"1": [4, 4], "1": [8, 8]', "'1' appear more than once"),  # was: the last entry, silently
+    ('"1": [4, 4], "1": [8, 8]', "'1' given more than once"),  # was: the last entry, silently
     ('"1": [4, 4], "01": [8, 8]', "are both phase 1"),
 ])
 def test_oracle_tables_out_of_range_or_with_repeated_phases_are_refused(tmp_path, capsys, entries, words):
@@ -488,4 +488,24 @@ def test_a_simulator_parameter_given_twice_is_refused(tmp_path):
     # Was: jitter 1.5, the first value dropped without a word.
     with pytest.raises(ValueError, match="'jitter' given more than once") as e:
         load_params(str(p))
+    assert str(p) in str(e.value)
+
+
+@pytest.mark.parametrize("kind", ["capacity", "tuned", "sweep"])
+def test_a_key_given_twice_in_a_lab_json_file_is_refused(tmp_path, kind):
+    # json.load kept the last value without a word: a capacity file, tuned parameters or
+    # a sweep's header edited by hand ran on whichever value came last.
+    from nvmw.lab.calibration import load_sweep
+    from nvmw.lab.training import load_tuned
+    from nvmw.workloads.capacity import load_capacity
+
+    p = tmp_path / f"{kind}.json"
+    p.write_text({
+        "capacity": '{"interactive_ops_per_s": 1000, "interactive_ops_per_s": 2000}',
+        "tuned": '{"model_params": [], "model_params": []}',
+        "sweep": '{"rows": [], "run": {"window_s": 1, "window_s": 2}}',
+    }[kind])
+    load = {"capacity": load_capacity, "tuned": load_tuned, "sweep": load_sweep}[kind]
+    with pytest.raises(ValueError, match=r"given more than once in one object") as e:
+        load(str(p))
     assert str(p) in str(e.value)

@@ -1,6 +1,6 @@
 """The package's layers point one way (pyproject.toml, [tool.importlinter]): cli and
-commands -> lab -> rl -> control -> workloads -> middleware -> devices -> errors -> stop_signals
--> _core.
+commands -> lab -> rl -> control -> workloads -> jsonfiles -> middleware -> devices -> errors
+-> stop_signals -> _core.
 Checked with import-linter's `lint-imports` when it is installed, and always by a direct
 reading of every module's imports (so a violation fails here even without it); neither a
 module-level nor a function-level import may reach up. Imports sit at the top of their

@@ -9,13 +9,13 @@ window's info (the reset info before the first window): it carries "p99_us",
 from whatever the run chooses (the controller's first decision takes over from there)."""
 from __future__ import annotations
 
-import json
 import math
 import os
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from nvmw import jsonfiles
 from nvmw.control.sla import SLASpec, reward
 from nvmw.middleware import DEFAULT_MAX_THREADS
 
@@ -131,21 +131,7 @@ class OracleFixed(Controller):
         """Load {"table": {"1": [i, b], ...}} as written by `nvmw calibrate`; ValueError
         naming the file for anything else (every phase an integer, every entry two thread
         counts >= 1)."""
-        def pairs(items: list) -> dict:
-            keys = [k for k, _ in items]
-            twice = sorted({k for k in keys if keys.count(k) > 1})
-            if twice:  # json.load would keep the last one without a word
-                raise _DuplicateKeys(twice)
-            return dict(items)
-
-        try:
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh, object_pairs_hook=pairs)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path}: not an oracle table (not JSON: {e})") from None
-        except _DuplicateKeys as e:
-            raise ValueError(f"{path}: key{'s' if len(e.keys) > 1 else ''} {', '.join(map(repr, e.keys))} "
-                             "appear more than once in one object") from None
+        data = jsonfiles.load(path, "an oracle table")
         table = data.get("table", data.get("oracle")) if isinstance(data, dict) else None
         if not isinstance(table, dict):
             raise ValueError(f"{path}: no 'table' mapping phase -> [i, b]")
@@ -165,12 +151,6 @@ class OracleFixed(Controller):
                 raise ValueError(f"{path}: phase {phase}: expected [interactive, batch] thread counts in "
                                  f"[1, {DEFAULT_MAX_THREADS}], got {cfg!r}")
         return cls(table, source=path)
-
-
-class _DuplicateKeys(Exception):
-    def __init__(self, keys: list):
-        super().__init__(keys)
-        self.keys = keys
 
 
 def _clamp(x: float, lo: int, hi: int) -> int:

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
+from nvmw import jsonfiles
 from nvmw.control.controllers import Fixed, NoControl, OracleFixed
 from nvmw.control.loop import drive
 from nvmw.control.sla import SLASpec
@@ -319,11 +320,7 @@ def _check_header(run: Any, path: Any) -> None:
 def _read_sweeps(paths) -> list:
     out = []
     for path in [paths] if isinstance(paths, (str, os.PathLike)) else paths:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                saved = json.load(fh)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path}: not a sweep file (not JSON: {e})") from None
+        saved = jsonfiles.load(path, "a sweep file")
         if not (isinstance(saved, list) or (isinstance(saved, dict) and "rows" in saved)):
             raise ValueError(f"{path}: not a sweep file (nvmw calibrate --sweep-out)")
         if isinstance(saved, dict):

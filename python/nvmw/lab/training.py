@@ -4,7 +4,6 @@ one epsilon schedule per phase as the thesis trains each workload separately), a
 learning-curve figure."""
 from __future__ import annotations
 
-import json
 import time
 from typing import Any, Mapping, Optional, Sequence
 
@@ -13,6 +12,7 @@ from collections import deque
 import numpy as np
 from tqdm.auto import tqdm
 
+from nvmw import jsonfiles
 from nvmw.rl.agent import N_ACTIONS, QLearningAgent, make_pipeline
 from nvmw.rl.episodes import TRAIN, EpisodeRunner, episode_seed
 from nvmw.workloads.phases import DEFAULT_PHASES
@@ -21,11 +21,7 @@ from nvmw.workloads.phases import DEFAULT_PHASES
 def load_tuned(path: str) -> list:
     """The per-action model parameters of a `nvmw tune` file ({"model_params": [one object
     per action]}); ValueError naming the file for anything else."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not a tuned-parameters file (not JSON: {e})") from None
+    data = jsonfiles.load(path, "a tuned-parameters file")
     params = data.get("model_params") if isinstance(data, dict) else None
     if not (isinstance(params, list) and len(params) == N_ACTIONS and all(isinstance(p, dict) for p in params)):
         raise ValueError(f"{path}: not a tuned-parameters file from `nvmw tune` (model_params: one object for "

@@ -10,7 +10,7 @@ import numbers
 import os
 from typing import Mapping
 
-from nvmw import _core
+from nvmw import _core, jsonfiles
 
 SIM_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "sim")
 PARAM_NAMES = tuple(_core.SIM_PARAM_NAMES)
@@ -40,22 +40,13 @@ def load_params(name_or_path: "str | os.PathLike | Mapping | None" = None, devic
                 path = os.path.join(SIM_DIR, f"{path}.json")
         if not os.path.exists(path):
             raise FileNotFoundError(f"no simulator parameter file {name_or_path!r} (shipped: {list_params()})")
+        data = jsonfiles.load(path, "a simulator parameter file")
         try:
-            with open(path, encoding="utf-8") as fh:
-                params = dict(json.load(fh, object_pairs_hook=_no_repeats)["params"])
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as e:
+            params = dict(data["params"])
+        except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{path}: not a simulator parameter file ({e})") from None
         return _checked(params, path)
     return _checked(params, "simulator parameters")
-
-
-def _no_repeats(pairs: list) -> dict:
-    """A JSON object, refusing a key given twice (json.load would keep the last silently)."""
-    keys = [k for k, _ in pairs]
-    twice = sorted({k for k in keys if keys.count(k) > 1})
-    if twice:
-        raise ValueError(f"key {', '.join(map(repr, twice))} given more than once in one object")
-    return dict(pairs)
 
 
 #: Parameters that must be > 0 (the others >= 0, and background < 1), as the core checks them.

@@ -13,11 +13,12 @@ else the environment variable ``NVMW_CAPACITY`` (a path or a shipped name), else
 shipped ``optane-1dimm`` file."""
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Union
+
+from nvmw import jsonfiles
 
 CAPACITY_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "capacity")
 #: Environment variable naming the capacity file (a path or a shipped name) to use by default.
@@ -117,10 +118,7 @@ def load_capacity(spec: CapacityLike = None) -> Capacity:
         raise ValueError(f"no capacity file {spec!r} (shipped: {list_capacities()}); measure one with "
                          f"`nvmw calibrate --capacity --out FILE` and name it with --capacity or ${CAPACITY_ENV}")
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not JSON ({e})") from None
+        data = jsonfiles.load(path, "a capacity file")
     except OSError as e:
         raise ValueError(f"{path}: cannot read the capacity file ({e.strerror})") from None
     if not isinstance(data, Mapping):
