@@ -574,7 +574,12 @@ _DRIVER = """
                               traces.replay_options(threads=8, loop=True, duration_s=600.0,
                                                     accel=1e6))
         driver.start(core)
-    while KIND == "replay" and driver.completed == 0:  # the clients have begun
+    # The clients have begun: some request done (replay), or waiting for the one
+    # interactive permit (ycsb); a callback submitted before then could stop them with
+    # nothing done.
+    while KIND == "replay" and driver.completed == 0:
+        pass
+    while KIND == "ycsb" and core.queue_length(0) == 0:
         pass
     done = threading.Event()
 """
