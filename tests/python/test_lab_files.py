@@ -9,18 +9,10 @@ import re
 import numpy as np
 import pytest
 
+from cli_output import one_error_line as _one_error_line
 from nvmw.cli import main
 from nvmw.lab.lineup import ControllerContext, make_controller
 from nvmw.rl.agent import N_ACTIONS, N_FEATURES, QLearningAgent
-
-
-def _one_error_line(capsys, *names: str) -> str:
-    err = capsys.readouterr().err.strip()
-    assert "Traceback" not in err
-    assert len(err.splitlines()) == 1, err
-    for name in names:
-        assert name in err, err
-    return err
 
 
 # --- agents of another state/action layout ----------------------------------------

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+from cli_output import one_error_line as _one_error_line
 from nvmw.cli import main
 from nvmw.control.controllers import OracleFixed
 from nvmw.control.sla import SLASpec
@@ -23,15 +24,6 @@ from nvmw.workloads.capacity import load_capacity
 from nvmw.workloads.ycsb import YcsbConfig
 
 NON_UTF8 = b"\xff\xfe\x00\x80\x81 = 1\n"
-
-
-def _one_error_line(capsys, *names: str) -> str:
-    err = capsys.readouterr().err.strip()
-    assert "Traceback" not in err
-    assert len(err.splitlines()) == 1, err
-    for name in names:
-        assert name in err, err
-    return err
 
 
 # --- phase files ---------------------------------------------------------------------
