@@ -23,14 +23,21 @@ CLASS_STAT_KEYS = tuple(_core.CLASS_STAT_KEYS)
 STATE_NAMES = tuple(_core.STATE_NAMES)
 
 
-def _b(x: Bytes) -> bytes:
+def _b(x: Bytes, name: str = "key") -> bytes:
+    """`x` as bytes: a str is encoded as UTF-8; TypeError or InvalidArgumentError naming
+    the argument otherwise."""
     if isinstance(x, bytes):
         return x
     if isinstance(x, str):
-        return x.encode("utf-8")
+        try:
+            return x.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InvalidArgumentError(
+                f"{name} is a str that UTF-8 cannot encode ({e.reason} at index {e.start}); "
+                f"pass bytes") from None
     if isinstance(x, (bytearray, memoryview)):
         return bytes(x)
-    raise TypeError(f"expected bytes or str, got {type(x).__name__}")
+    raise TypeError(f"{name} must be bytes, bytearray, memoryview or str, not {type(x).__name__}")
 
 
 def _cls(cls: Optional[str]) -> int:
@@ -54,8 +61,10 @@ _POOL_SIZE = (0, (1 << 63) - 1, "[0, 2^63-1]")
 
 def _integer(name: str, value: Any) -> int:
     """`value` as an int: an integer (also numpy's) or a float with an integral value.
-    TypeError for other types (a string, None), InvalidArgumentError for 1.5, NaN or
-    infinity, each naming the argument, rather than a silently truncated number."""
+    TypeError for other types (a string, None, a bool: True is no count), InvalidArgumentError
+    for 1.5, NaN or infinity, each naming the argument, rather than a silently truncated number."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, not bool")
     if isinstance(value, float):
         if not value.is_integer():
             raise InvalidArgumentError(f"{name} must be an integer, got {value!r}")
@@ -214,7 +223,7 @@ class Middleware:
 
     def put(self, key: Bytes, value: Bytes, cls: Optional[str] = None) -> None:
         """Insert or replace; durable when it returns (pmem engine)."""
-        self.core.put(_b(key), _b(value), _cls(cls))
+        self.core.put(_b(key), _b(value, "value"), _cls(cls))
 
     def remove(self, key: Bytes, cls: Optional[str] = None) -> bool:
         """Remove `key`; True if it existed."""
@@ -233,7 +242,7 @@ class Middleware:
         control the caller), which holds the request's permit until they return: they may
         submit() but a synchronous call into this middleware raises NotSupportedError (it
         could wait for that permit)."""
-        if op not in _OPS:
+        if not isinstance(op, str) or op not in _OPS:
             raise InvalidArgumentError(f"unknown op {op!r}: use 'get', 'put', 'remove' or 'exists'")
         fut: concurrent.futures.Future = concurrent.futures.Future()
 
@@ -245,7 +254,7 @@ class Middleware:
             else:
                 fut.set_exception(error)
 
-        self.core.submit(_OPS[op], _b(key), _b(value), _cls(cls), done)
+        self.core.submit(_OPS[op], _b(key), _b(value, "value"), _cls(cls), done)
         return fut
 
     # -- monitoring and control (thesis Table 3.1) ----------------------------------------
@@ -313,6 +322,7 @@ class Middleware:
         self._engine = None
 
     def __enter__(self) -> "Middleware":
+        self.core.threads  # ShutdownError once closed
         return self
 
     def __exit__(self, *exc) -> None:

@@ -16,6 +16,8 @@ from nvmw.middleware import open_engine
 @pytest.mark.parametrize("option, value, error", [
     ("max_threads", 1.5, errors.InvalidArgumentError),
     ("max_threads", "3", TypeError),
+    ("max_threads", True, TypeError),
+    ("interactive_threads", True, TypeError),
     ("queue_capacity", 1.5, errors.InvalidArgumentError),
     ("batch_nice", 1.9, errors.InvalidArgumentError),
     ("spin_ns", math.inf, errors.InvalidArgumentError),
@@ -56,6 +58,72 @@ def test_resizing_refuses_fractions_and_strings():
         with pytest.raises(TypeError, match="action"):
             mw.perform_action("3")
         assert mw.threads == (1, 1)
+
+
+def test_counts_refuse_bools():
+    # True is an int to Python: set_threads(True, True) silently meant (1, 1).
+    with nvmw.Middleware(engine="memory", max_threads=4) as mw:
+        mw.set_threads(3, 3)
+        with pytest.raises(TypeError, match="^interactive must be an integer, not bool"):
+            mw.set_threads(True, 2)
+        with pytest.raises(TypeError, match="^batch must be"):
+            mw.set_threads(2, False)
+        with pytest.raises(TypeError, match="^action must be"):
+            mw.perform_action(True)
+        with pytest.raises(TypeError, match="^after_seq must be"):
+            mw.wait_for_window(True)
+        assert mw.threads == (3, 3)
+
+
+@pytest.mark.parametrize("call", ["get", "put", "remove", "exists", "submit"])
+def test_keys_and_values_of_the_wrong_kind_are_named(call):
+    with nvmw.Middleware(engine="memory") as mw:
+        run = (lambda k, v=b"v": mw.put(k, v)) if call == "put" else (
+            (lambda k, v=b"v": mw.submit("put", k, v)) if call == "submit" else
+            (lambda k, v=b"v": getattr(mw, call)(k)))
+        with pytest.raises(TypeError, match="^key must be bytes, bytearray, memoryview or str, not int"):
+            run(7)
+        with pytest.raises(TypeError, match="^key must be .* not NoneType"):
+            run(None)
+        # A lone surrogate has no UTF-8 form: the error names the key, not the codec.
+        with pytest.raises(errors.InvalidArgumentError, match="^key is a str that UTF-8 cannot encode"):
+            run("a\ud800")
+        if call in ("put", "submit"):
+            with pytest.raises(TypeError, match="^value must be .* not NoneType"):
+                run(b"k", None)
+            with pytest.raises(errors.InvalidArgumentError, match="^value is a str"):
+                run(b"k", "\udcff")
+        assert mw.get(b"k") is None
+
+
+def test_buffers_are_stored_as_their_bytes():
+    with nvmw.Middleware(engine="memory") as mw:
+        strided = memoryview(b"k-e-y")[::2]  # not contiguous
+        mw.put(strided, bytearray(b"value"))
+        assert mw.get(b"key") == b"value"
+        mw.put("k\u00e9", memoryview(b"xyz")[1:])
+        assert mw.get("k\u00e9".encode()) == b"yz"
+        assert mw.submit("get", bytearray(b"key")).result(timeout=60) == b"value"
+
+
+def test_submit_refuses_an_op_that_is_not_a_name():
+    with nvmw.Middleware(engine="memory") as mw:
+        for op in (["get"], None, 0):
+            with pytest.raises(errors.InvalidArgumentError, match="^unknown op"):
+                mw.submit(op, b"k")
+
+
+def test_a_closed_middleware_cannot_be_entered_again():
+    mw = nvmw.Middleware(engine="memory")
+    with mw:
+        with mw:  # re-entry: the inner block closes it
+            mw.put(b"k", b"v")
+        with pytest.raises(errors.ShutdownError):
+            mw.get(b"k")
+    with pytest.raises(errors.ShutdownError):
+        with mw:
+            pass
+    mw.close()
 
 
 def test_wait_for_window_arguments_are_named():
