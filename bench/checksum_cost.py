@@ -14,6 +14,8 @@ import subprocess
 import sys
 import tempfile
 
+from _report import emit
+
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -36,11 +38,7 @@ def main() -> int:
     result["load1_after"] = round(os.getloadavg()[0], 2)
     result["threads"] = 1
     result["pool"] = "tmpfs /dev/shm, PMEM_IS_PMEM_FORCE=1, prefault"
-    text = json.dumps(result, indent=2, sort_keys=True)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    emit(result, args.out, sort_keys=True)
     return 0
 
 

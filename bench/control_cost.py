@@ -30,6 +30,8 @@ from nvmw.lab.phase_run import run_phase
 from nvmw.lab.runs import shipped_oracle_path
 from nvmw.workloads.phases import load_phase
 
+from _report import emit
+
 DEVICE = "optane-1dimm"
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -173,11 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                 "contended": {str(k): v for k, v in raw["contended"].items()},
                 "interference": raw["interference"]},
     }
-    text = json.dumps(out, indent=1)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
-    print(text)
+    emit(out, args.out, indent=1)
     return 0
 
 

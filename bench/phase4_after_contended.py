@@ -24,13 +24,14 @@ per controller (--isolate) did not remove it on its own.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 
 from nvmw.lab.evaluation import EnvFactory, evaluate_controllers
 from nvmw.lab.lineup import ControllerContext, build_controllers
+
+from _report import emit
 
 DEFAULT_CONTROLLERS = ["none", "fixed:15,15", "fixed:8,4", "fixed:32,1", "fixed:32,32", "fixed:4,1"]
 
@@ -73,9 +74,7 @@ def main(argv=None) -> int:
         result["controllers"][name] = segs
         print(f"{name:14} " + "  ".join(f"phase {s['phase']}: latency goal met {s['latency_met']:.2f}, "
                                         f"worst p99 {s['p99_max_us'] / 1000:8.1f} ms" for s in segs))
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(result, fh, indent=1)
+    emit(result, args.out, indent=1, echo=False)
     return 0
 
 

@@ -26,6 +26,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serve_vs_redis import BatchLoad, free_port, wait_port  # noqa: E402
+from _report import emit  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -136,11 +137,7 @@ def main() -> int:
               "config": {"serve_args": args.serve_args, "clients": args.clients, "seconds": args.seconds,
                          "value_bytes": 800 * 1024},
               "runs": runs}
-    text = json.dumps(report, indent=2, sort_keys=True)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as fh:
-            fh.write(text + "\n")
+    emit(report, args.out, sort_keys=True)
     return 0
 
 

@@ -42,6 +42,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serve_vs_redis import BatchLoad, bench, free_port, need, results, wait_port  # noqa: E402
+from _report import emit  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -285,11 +286,7 @@ def main() -> int:
               "configs": configs,
               "config": {k: v for k, v in vars(args).items() if k not in ("nvmw", "out")},
               "summary": summary, "rounds": rounds}
-    text = json.dumps(report, indent=2, sort_keys=True)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as fh:
-            fh.write(text + "\n")
+    emit(report, args.out, sort_keys=True)
     return 0
 
 

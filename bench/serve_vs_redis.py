@@ -49,6 +49,8 @@ import sys
 import tempfile
 import time
 
+from _report import emit
+
 VALUE_BIG = 800 * 1024
 
 # --redis-persistence: redis-server arguments, and how the report names the configuration.
@@ -420,11 +422,7 @@ def main() -> int:
         **result,
     }
     report["goals_met"] = goals(report["ratios"])
-    text = json.dumps(report, indent=2, sort_keys=True)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as fh:
-            fh.write(text + "\n")
+    emit(report, args.out, sort_keys=True)
     return 0
 
 

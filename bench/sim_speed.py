@@ -37,6 +37,8 @@ import subprocess
 import sys
 import time
 
+from _report import emit
+
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PHASES = (1, 2, 3, 4, 5, 6)
 CONTROLLER = "fixed:32,8"
@@ -206,11 +208,7 @@ def main() -> int:
     if not args.no_fidelity:
         report["fast_forward_vs_exact_1s_windows"] = fidelity_ff_vs_exact()
     report["loadavg_after"] = loadavg()
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as fh:
-            fh.write(text + "\n")
+    emit(report, args.out)
     return 0
 
 
