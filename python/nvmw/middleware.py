@@ -8,7 +8,7 @@ import os
 from typing import Any, Optional, Union
 
 from nvmw import _core
-from nvmw.devices import wrap_engine
+from nvmw.devices import load_profile, wrap_engine
 from nvmw.errors import InvalidArgumentError, NotFoundError
 
 Bytes = Union[bytes, bytearray, memoryview, str]
@@ -119,6 +119,10 @@ def open_engine(engine: Union[str, "_core.Engine"] = "pmem", path: Optional[str]
     raises CorruptionError and the rest of the pool works); `file_mode` is the permission
     bits of a pool file this call creates (before the umask). `nvmw check POOL` reports
     the damage of a pool and can salvage its readable entries."""
+    # The device first: an error's traceback keeps the frames it passed through, so a
+    # pool opened before an unknown device name stayed open (and refused the next open)
+    # for as long as the error was kept.
+    profile = load_profile(device) if device and device != "none" else None
     if isinstance(engine, _core.Engine):
         core = engine
     elif engine == "pmem":
@@ -138,8 +142,8 @@ def open_engine(engine: Union[str, "_core.Engine"] = "pmem", path: Optional[str]
         core = _core.new_memory_engine()
     else:
         raise InvalidArgumentError(f"unknown engine {engine!r}: use 'pmem' or 'memory'")
-    if device and device != "none":
-        core = wrap_engine(core, device)
+    if profile is not None:
+        core = wrap_engine(core, profile)
     return core
 
 
@@ -208,13 +212,19 @@ class Middleware:
         self.device = device or "none"
         self.window_s = window_s
         self.control = control
-        self.core = _core.Middleware(
-            self._engine, interactive_threads=interactive_threads, batch_threads=batch_threads,
-            max_threads=max_threads, window_s=window_s, control=control,
-            no_control_max_inflight=no_control_max_inflight,
-            batch_threshold_bytes=batch_threshold_bytes, queue_capacity=queue_capacity,
-            max_value_bytes=max_value_bytes, spin_ns=spin_ns, batch_nice=batch_nice,
-            execution=execution)
+        try:
+            self.core = _core.Middleware(
+                self._engine, interactive_threads=interactive_threads, batch_threads=batch_threads,
+                max_threads=max_threads, window_s=window_s, control=control,
+                no_control_max_inflight=no_control_max_inflight,
+                batch_threshold_bytes=batch_threshold_bytes, queue_capacity=queue_capacity,
+                max_value_bytes=max_value_bytes, spin_ns=spin_ns, batch_nice=batch_nice,
+                execution=execution)
+        except BaseException:
+            # A refused option: let go of the engine now, not when this half-made object
+            # is collected (the error's traceback keeps it, and the pool stays open).
+            self._engine = None
+            raise
 
     # -- storage ---------------------------------------------------------------------------
     def get(self, key: Bytes, cls: Optional[str] = None) -> Optional[bytes]:

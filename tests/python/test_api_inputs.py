@@ -145,6 +145,22 @@ def test_queue_length_needs_a_real_class():
                 mw.queue_length(cls)
 
 
+@pytest.mark.parametrize("option, value", [
+    ("execution", "bogus"), ("batch_nice", 20), ("max_threads", 0), ("window_s", 1e6),
+    ("device", "no-such-device"),
+])
+def test_a_refused_middleware_leaves_its_pool_closed(shm_dir, option, value):
+    path = os.path.join(shm_dir, "t.pool")
+    with pytest.raises((errors.InvalidArgumentError, errors.NotFoundError)) as refused:
+        nvmw.Middleware(path, pool_size=64 << 20, **{option: value})
+    # While the error is kept (an interactive session keeps the last one), its traceback
+    # holds the half-made object: the pool it opened was still open, and this open failed
+    # with "pool is open in another process or engine".
+    with nvmw.Middleware(path, pool_size=64 << 20) as mw:
+        mw.put(b"k", b"v")
+    assert refused.value is not None
+
+
 def test_open_engine_file_mode_and_flags(shm_dir):
     path = os.path.join(shm_dir, "m.pool")
     # "644" would have been read as decimal 644 (0o1204, sticky bit) before.
