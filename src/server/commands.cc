@@ -16,6 +16,7 @@
 #include <string_view>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include "nvmw/stats.h"
 #include "server/server_impl.h"
@@ -108,20 +109,22 @@ std::string ErrorFor(const Status& s) {
   }
 }
 
-void AppendCommandEntry(std::string* out, const CommandSpec& c) {
+// One command's COMMAND INFO entry. Under RESP3 the flags and the four empty lists are
+// sets (~), as Redis 7 sends them.
+void AppendCommandEntry(std::string* out, const CommandSpec& c, bool resp3) {
   resp::AppendArrayHeader(out, 10);
   resp::AppendBulk(out, c.name);
   resp::AppendInteger(out, c.arity);
   size_t nflags = 0;
   for (std::string_view f : c.flags) nflags += f.empty() ? 0 : 1;
-  resp::AppendArrayHeader(out, nflags);
+  resp::AppendSetHeader(out, nflags, resp3);
   for (std::string_view f : c.flags) {
     if (!f.empty()) resp::AppendSimple(out, f);
   }
   resp::AppendInteger(out, c.first_key);
   resp::AppendInteger(out, c.last_key);
   resp::AppendInteger(out, c.step);
-  for (int k = 0; k < 4; ++k) resp::AppendArrayHeader(out, 0);  // ACL categories, tips, key specs, subcommands
+  for (int k = 0; k < 4; ++k) resp::AppendSetHeader(out, 0, resp3);  // ACL categories, tips, key specs, subcommands
 }
 
 void AppendJsonNumber(std::string* out, double v) {
@@ -177,6 +180,26 @@ bool ParseRedisInt(std::string_view s, int64_t* out) {
   if (s.size() == digits || s[digits] < '1' || s[digits] > '9') return false;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
   return ec == std::errc() && ptr == s.data() + s.size();
+}
+
+// The error for a command not in the table, worded and cut as Redis 7 cuts it
+// (processCommand): the name to 128 bytes, then the arguments, each quoted and followed by
+// a space, while the list is under 128 bytes, each cut to the bytes left of those 128. As
+// Redis prints them with %s, a name or an argument ends at its first NUL byte.
+std::string UnknownCommandError(const std::vector<std::string>& args) {
+  auto c_string = [](std::string_view s, size_t max) { return s.substr(0, std::min(s.find('\0'), max)); };
+  std::string list;
+  for (size_t i = 1; i < args.size() && list.size() < 128; ++i) {
+    const size_t room = 128 - list.size();
+    list += '\'';
+    list += c_string(args[i], room);
+    list += "' ";
+  }
+  std::string msg = "ERR unknown command '";
+  msg += c_string(args[0], 128);
+  msg += "', with args beginning with: ";
+  msg += list;
+  return msg;
 }
 
 bool ValidClientName(std::string_view n) {
@@ -498,11 +521,7 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
   auto ok = [&] { Send(c, [](std::string* out) { resp::AppendSimple(out, "OK"); }); };
   const CommandSpec* spec = Find(args[0]);
   if (spec == nullptr) {
-    std::string msg = "ERR unknown command '" + args[0].substr(0, 128) + "', with args beginning with: ";
-    for (size_t i = 1; i < args.size() && msg.size() < 256; ++i) {
-      msg += "'" + args[i].substr(0, 128) + "' ";
-    }
-    error(msg);
+    error(UnknownCommandError(args));
     return;
   }
   const int argc = static_cast<int>(std::min<size_t>(args.size(), 1 << 30));
@@ -719,11 +738,15 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
       } else if (sub == "id" && args.size() == 2) {
         Send(c, [&](std::string* out) { resp::AppendInteger(out, static_cast<int64_t>(c->id)); });
       } else if (sub == "setinfo" && args.size() == 4) {
+        // As Redis 7.2: the value takes the characters a client name takes, since CLIENT
+        // LIST prints it between spaces. Checked, then not kept (nvmw has no CLIENT LIST).
         const std::string attr = Lower(args[2]);
-        if (attr == "lib-name" || attr == "lib-ver") {
-          ok();  // accepted; nvmw keeps no per-library state
-        } else {
+        if (attr != "lib-name" && attr != "lib-ver") {
           error("ERR Unrecognized option '" + args[2].substr(0, 128) + "'");
+        } else if (!ValidClientName(args[3])) {
+          error("ERR " + args[2] + " cannot contain spaces, newlines or special characters.");
+        } else {
+          ok();
         }
       } else {
         error("ERR unknown subcommand or wrong number of arguments for '" + args[1].substr(0, 128) +
@@ -735,7 +758,7 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
       if (args.size() == 1) {
         Send(c, [&](std::string* out) {
           resp::AppendArrayHeader(out, std::size(kCommands));
-          for (const CommandSpec& spec_i : kCommands) AppendCommandEntry(out, spec_i);
+          for (const CommandSpec& spec_i : kCommands) AppendCommandEntry(out, spec_i, c->resp3);
         });
         return;
       }
@@ -748,7 +771,7 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
       } else if (sub == "info" && args.size() == 2) {  // no names: every command, as COMMAND
         Send(c, [&](std::string* out) {
           resp::AppendArrayHeader(out, std::size(kCommands));
-          for (const CommandSpec& spec_i : kCommands) AppendCommandEntry(out, spec_i);
+          for (const CommandSpec& spec_i : kCommands) AppendCommandEntry(out, spec_i, c->resp3);
         });
       } else if (sub == "info") {
         Send(c, [&](std::string* out) {
@@ -756,7 +779,7 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
           for (size_t i = 2; i < args.size(); ++i) {
             const CommandSpec* s = Find(args[i]);
             if (s != nullptr) {
-              AppendCommandEntry(out, *s);
+              AppendCommandEntry(out, *s, c->resp3);
             } else {
               resp::AppendNull(out, c->resp3);
             }

@@ -324,7 +324,9 @@ bool Parser::SplitInline(std::string_view line) {
           break;
         }
         const char c = line[p];
-        if (IsSpace(c) || c == '\0') {
+        // As sdssplitargs: only these end a word; a vertical tab or form feed inside one
+        // is part of it (isspace skips them only between words).
+        if (c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == '\0') {
           done = true;
         } else if (c == '"') {
           inq = true;
@@ -397,6 +399,10 @@ void AppendMapHeader(std::string* out, size_t pairs, bool resp3) {
 
 void AppendArrayHeader(std::string* out, size_t n) {
   AppendNumberLine(out, '*', static_cast<int64_t>(n));
+}
+
+void AppendSetHeader(std::string* out, size_t n, bool resp3) {
+  AppendNumberLine(out, resp3 ? '~' : '*', static_cast<int64_t>(n));
 }
 
 }  // namespace nvmw::resp

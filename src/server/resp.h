@@ -98,6 +98,8 @@ void AppendNull(std::string* out, bool resp3 = false);      // $-1\r\n (RESP3: _
 // A map of `pairs` key/value pairs: RESP3 %pairs\r\n, RESP2 a flat array *2pairs\r\n.
 void AppendMapHeader(std::string* out, size_t pairs, bool resp3);
 void AppendArrayHeader(std::string* out, size_t n);         // *n\r\n
+// A set of n elements: RESP3 ~n\r\n, RESP2 an array *n\r\n.
+void AppendSetHeader(std::string* out, size_t n, bool resp3);
 
 }  // namespace nvmw::resp
 

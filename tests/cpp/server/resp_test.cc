@@ -166,6 +166,15 @@ TEST(RespParserTest, InlineCommandsWithRedisQuoting) {
   EXPECT_EQ(error, "Protocol error: unbalanced quotes in request");
 }
 
+// As Redis's sdssplitargs: a vertical tab or form feed is skipped between words but does
+// not end one (only space, tab, CR, LF do); after a closing quote any of the six may follow.
+TEST(RespParserTest, InlineWordsEndOnlyAtSpaceTabCrLf) {
+  EXPECT_EQ(ParseAll("ECHO a\vb\r\n", 100), (std::vector<Args>{{"ECHO", "a\vb"}}));
+  EXPECT_EQ(ParseAll("ECHO a\fb c\r\n", 100), (std::vector<Args>{{"ECHO", "a\fb", "c"}}));
+  EXPECT_EQ(ParseAll("\v ECHO \f\va\tb\r\n", 100), (std::vector<Args>{{"ECHO", "a", "b"}}));
+  EXPECT_EQ(ParseAll("ECHO \"a\"\vb\r\n", 100), (std::vector<Args>{{"ECHO", "a", "b"}}));
+}
+
 TEST(RespParserTest, EmptyArraysAreSkipped) {
   EXPECT_EQ(ParseAll("*0\r\n*-1\r\n" + Multibulk({"PING"}), 3), (std::vector<Args>{{"PING"}}));
 }

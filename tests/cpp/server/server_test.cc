@@ -142,14 +142,14 @@ class Client {
     std::string line;
     if (!ReadLine(&line, timeout_ms)) return false;
     out->append(line);
-    const bool sized = line[0] == '$' || line[0] == '*' || line[0] == '%';
+    const bool sized = line[0] == '$' || line[0] == '*' || line[0] == '%' || line[0] == '~';
     const long n = sized ? std::stol(line.substr(1)) : 0;
     if (line[0] == '$' && n >= 0) {
       if (!Need(static_cast<size_t>(n) + 2, timeout_ms)) return false;
       out->append(buf_, pos_, static_cast<size_t>(n) + 2);
       pos_ += static_cast<size_t>(n) + 2;
       Compact();
-    } else if (line[0] == '*' || line[0] == '%') {
+    } else if (line[0] == '*' || line[0] == '%' || line[0] == '~') {
       for (long i = 0; i < (line[0] == '%' ? 2 * n : n); ++i) {
         if (!ReadValue(out, timeout_ms)) return false;
       }
@@ -349,7 +349,8 @@ TEST_F(ServerTest, IntegerArgumentsParseAsInRedis) {
 }
 
 // COMMAND INFO without names describes every command (as COMMAND does); an unknown name
-// is a null, the bulk null of RESP2 ($-1) as in Redis 7.
+// is a null, the bulk null of RESP2 ($-1) as in Redis 7. Under RESP3 an entry's flags and
+// its empty lists are sets (~), as Redis 7 sends them.
 TEST_F(ServerTest, CommandInfo) {
   StartAll();
   Client c(port());
@@ -359,6 +360,10 @@ TEST_F(ServerTest, CommandInfo) {
             "*0\r\n*0\r\n*0\r\n*0\r\n$-1\r\n");
   ASSERT_EQ(c.Cmd({"HELLO", "3"}).rfind("%7\r\n", 0), 0u);
   EXPECT_EQ(c.Cmd({"COMMAND", "INFO", "nosuch"}), "*1\r\n_\r\n");
+  EXPECT_EQ(c.Cmd({"COMMAND", "INFO", "get"}),
+            "*1\r\n*10\r\n$3\r\nget\r\n:2\r\n~2\r\n+readonly\r\n+fast\r\n:1\r\n:1\r\n:1\r\n"
+            "~0\r\n~0\r\n~0\r\n~0\r\n");
+  EXPECT_NE(c.Cmd({"COMMAND"}).find("\r\n*10\r\n$3\r\nget\r\n:2\r\n~2\r\n"), std::string::npos);
 }
 
 // A full class queue is answered -OVERLOADED (retry later), not waited for.
@@ -389,6 +394,14 @@ TEST_F(ServerTest, ConnectionAndIntrospectionCommands) {
   EXPECT_EQ(c.Cmd({"SELECT", "0"}), "+OK\r\n");
   EXPECT_EQ(c.Cmd({"SELECT", "1"}), "-ERR DB index is out of range\r\n");
   EXPECT_EQ(c.Cmd({"FLUSHALL"}), "-ERR unknown command 'FLUSHALL', with args beginning with: \r\n");
+  // As Redis 7: the arguments listed while the list is under 128 bytes, the last cut to
+  // fit, and a NUL byte ending a name or an argument.
+  const std::string y50(50, 'y');
+  EXPECT_EQ(c.Cmd({"NOSUCH", y50, y50, y50, y50}),
+            "-ERR unknown command 'NOSUCH', with args beginning with: '" + y50 + "' '" + y50 + "' '" +
+                std::string(22, 'y') + "' \r\n");
+  EXPECT_EQ(c.Cmd({std::string("GET\0x", 5), std::string("a\0b", 3), "c"}),
+            "-ERR unknown command 'GET', with args beginning with: 'a' 'c' \r\n");
   EXPECT_EQ(c.Cmd({"HELLO", "4"}), "-NOPROTO sorry, this protocol version is not supported\r\n");
   const std::string hello = c.Cmd({"HELLO", "2", "SETNAME", "me"});
   EXPECT_EQ(hello.rfind("*14\r\n$6\r\nserver\r\n$5\r\nredis\r\n", 0), 0u) << hello;
@@ -396,6 +409,12 @@ TEST_F(ServerTest, ConnectionAndIntrospectionCommands) {
   EXPECT_EQ(c.Cmd({"CLIENT", "SETNAME", "other"}), "+OK\r\n");
   EXPECT_EQ(c.Cmd({"CLIENT", "GETNAME"}), "$5\r\nother\r\n");
   EXPECT_EQ(c.Cmd({"CLIENT", "SETINFO", "LIB-NAME", "redis-py"}), "+OK\r\n");
+  EXPECT_EQ(c.Cmd({"CLIENT", "SETINFO", "lib-ver", "go-redis(,go1.22)"}), "+OK\r\n");
+  EXPECT_EQ(c.Cmd({"CLIENT", "SETINFO", "lib-name", "a b"}),
+            "-ERR lib-name cannot contain spaces, newlines or special characters.\r\n");
+  EXPECT_EQ(c.Cmd({"CLIENT", "SETINFO", "LIB-VER", "1\n2"}),
+            "-ERR LIB-VER cannot contain spaces, newlines or special characters.\r\n");
+  EXPECT_EQ(c.Cmd({"CLIENT", "SETINFO", "LIB-NAME", ""}), "+OK\r\n");
   EXPECT_EQ(c.Cmd({"CLIENT", "ID"}).substr(0, 1), ":");
   EXPECT_EQ(c.Cmd({"CONFIG", "GET", "save"}), "*2\r\n$4\r\nsave\r\n$0\r\n\r\n");
   EXPECT_EQ(c.Cmd({"CONFIG", "GET", "appendonly"}), "*2\r\n$10\r\nappendonly\r\n$2\r\nno\r\n");
