@@ -325,14 +325,16 @@ class Middleware:
         ShutdownError. Also called on garbage collection; at interpreter exit every
         middleware still open is closed before Python finalizes. Called from a completion
         callback of this middleware, it returns at once and the requests still accepted
-        finish on another thread."""
+        finish on another thread. In a child process forked after it was opened, every
+        call raises NotSupportedError (its threads run in the parent, and its pool is the
+        parent's) and close() only lets go of the child's copy."""
         core = getattr(self, "core", None)
         if core is not None:
             core.stop()
         self._engine = None
 
     def __enter__(self) -> "Middleware":
-        self.core.threads  # ShutdownError once closed
+        self.core.threads  # ShutdownError once closed (NotSupportedError in a forked child)
         return self
 
     def __exit__(self, *exc) -> None:

@@ -4,6 +4,7 @@
 
 #include <nanobind/nanobind.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -21,11 +22,29 @@ namespace nb = nanobind;
 // NotFound raises nvmw.errors.NotFoundError; callers that map it to None check first.
 void ThrowIfError(const Status& status);
 
+// The number of fork()s between the module's import and this process (0 in the
+// process that imported it; a pthread_atfork handler counts up in each child). Engines
+// and middlewares record the one they were opened in: in a child, the threads they run
+// on (workers, monitor, a device's timer) do not exist, and a pool file is mapped
+// shared with the parent, which goes on using it.
+uint64_t ForkGeneration();
+
+// Raises NotSupportedError (`what` prefixes the message; `object` is "engine" or
+// "middleware") unless `generation` is this process's: the object was opened before a
+// fork() in the parent process.
+void RefuseAfterFork(uint64_t generation, const char* what, const char* object);
+
 // Python-visible engine (`_core.Engine`): owns an Engine and keeps alive the engine
-// it wraps, if any (an emulated device wraps a pmem or memory engine).
+// it wraps, if any (an emulated device wraps a pmem or memory engine). Freed in a
+// child of the process that opened it, the engine is left alone (leaked): closing it
+// would join threads that do not exist there and touch the parent's pool.
 struct PyEngine {
+  ~PyEngine() {
+    if (fork_generation != ForkGeneration()) (void)engine.release();
+  }
   std::unique_ptr<Engine> engine;
   std::shared_ptr<PyEngine> base;
+  uint64_t fork_generation = ForkGeneration();
 };
 
 // Python-visible middleware (`_core.Middleware`). The C++ Middleware and the engine
@@ -39,6 +58,7 @@ struct PyMiddleware {
   std::shared_ptr<PyEngine> engine;   // null after close
   std::shared_ptr<Middleware> mw;     // null after close
   std::weak_ptr<Middleware> closing;  // a second close() waits for the first one's Stop
+  uint64_t fork_generation = 0;       // ForkGeneration() when it was opened
 };
 
 // The GIL-free section of a binding call into a middleware, a generator or a replay
@@ -62,7 +82,8 @@ class CallWithoutGil {
 bool ShouldReleaseGil();
 
 // The middleware of h, shared, for use across a GIL release; raises
-// nvmw.errors.ShutdownError (`what` prefixes the message) once h is closed or stopped.
+// nvmw.errors.ShutdownError (`what` prefixes the message) once h is closed or stopped,
+// and NotSupportedError in a child process forked after h was opened.
 std::shared_ptr<Middleware> AcquireMiddleware(PyMiddleware& h, const char* what);
 
 // Raises NotSupportedError (`what` prefixes the message) when this thread is running a

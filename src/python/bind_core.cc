@@ -34,6 +34,8 @@
 #include <utility>
 #include <variant>
 
+#include <pthread.h>
+
 #include "python/bind.h"
 #include "python/interrupt.h"
 
@@ -110,6 +112,17 @@ void StopReleasingGil(Middleware& mw) {
 
 // Threads started by RunDetached that have not finished (the exit hook waits).
 std::atomic<int> g_background_stops{0};
+std::atomic<int> g_calls_without_gil{0};  // threads inside a CallWithoutGil
+
+// fork()s since import (ForkGeneration). In the child only this thread exists: the
+// counts of threads inside calls or stopping a middleware start again from zero, so
+// that its exit hook does not wait for threads of the parent.
+std::atomic<uint64_t> g_fork_generation{0};
+void AfterForkInChild() {
+  g_fork_generation.fetch_add(1, std::memory_order_relaxed);
+  g_background_stops.store(0, std::memory_order_relaxed);
+  g_calls_without_gil.store(0, std::memory_order_relaxed);
+}
 
 // Runs fn on a detached thread that the exit hook waits for (it may hold the last
 // reference to a middleware). False if the operating system refuses the thread.
@@ -135,14 +148,24 @@ struct MiddlewareBox {
   ~MiddlewareBox() { StopReleasingGil(mw); }  // before the engine goes (members: reverse order)
   std::shared_ptr<PyEngine> engine;
   Middleware mw;
+  const uint64_t fork_generation = ForkGeneration();
 };
 
 // Frees a box. When the last reference goes inside one of its own completion
 // callbacks (a callback that held the last reference to its middleware, also one
 // nested in another middleware's callback), the stop would wait for that very
-// callback: the box is freed on a thread of its own instead.
+// callback: the box is freed on a thread of its own instead. In a child forked after
+// the box was made, its workers and monitor do not exist (Stop would join threads
+// of the parent) and its engine is the parent's: the middleware is left alone
+// (leaked). Its reference to the Python engine goes (GIL held: the box is freed by
+// Python there, no completion runs in the child), or the interpreter would report
+// that engine as leaked at exit; the engine itself is left alone too (~PyEngine).
 struct BoxDeleter {
   void operator()(MiddlewareBox* box) const {
+    if (box->fork_generation != ForkGeneration()) {
+      box->engine.reset();
+      return;
+    }
     if (box->mw.InCompletion()) {
       if (!RunDetached([box] { delete box; })) {
         std::fprintf(stderr, "nvmw: cannot start a thread to free a middleware; leaking it\n");
@@ -153,19 +176,23 @@ struct BoxDeleter {
   }
 };
 
-// Middlewares created from Python, for the exit hook. Touched with the GIL held only;
-// never freed (the hook may run while other modules are being torn down).
-std::vector<std::weak_ptr<Middleware>>& LiveMiddlewares() {
-  static auto* live = new std::vector<std::weak_ptr<Middleware>>();
+// Middlewares created from Python, for the exit hook, with the ForkGeneration() they
+// were opened in. Touched with the GIL held only; never freed (the hook may run while
+// other modules are being torn down).
+struct LiveMiddleware {
+  std::weak_ptr<Middleware> mw;
+  uint64_t fork_generation;
+};
+std::vector<LiveMiddleware>& LiveMiddlewares() {
+  static auto* live = new std::vector<LiveMiddleware>();
   return *live;
 }
 bool g_exiting = false;  // set by the exit hook (GIL held): no new middleware after it
-std::atomic<int> g_calls_without_gil{0};  // threads inside a CallWithoutGil
 
 void Register(const std::shared_ptr<Middleware>& mw) {
   auto& live = LiveMiddlewares();
-  std::erase_if(live, [](const std::weak_ptr<Middleware>& w) { return w.expired(); });
-  live.push_back(mw);
+  std::erase_if(live, [](const LiveMiddleware& w) { return w.mw.expired(); });
+  live.push_back({mw, ForkGeneration()});
 }
 
 // atexit: stop every live middleware (GIL released while each drains), so that all
@@ -175,10 +202,11 @@ void Register(const std::shared_ptr<Middleware>& mw) {
 // middleware is stopped), and for the threads that free things handed to them.
 void StopAllAtExit() {
   g_exiting = true;
-  std::vector<std::weak_ptr<Middleware>> live;
+  std::vector<LiveMiddleware> live;
   live.swap(LiveMiddlewares());
   for (const auto& w : live) {
-    if (std::shared_ptr<Middleware> mw = w.lock()) StopReleasingGil(*mw);
+    if (w.fork_generation != ForkGeneration()) continue;  // the parent's (see BoxDeleter)
+    if (std::shared_ptr<Middleware> mw = w.mw.lock()) StopReleasingGil(*mw);
   }
   live.clear();  // GIL held: the last reference may free a box here
   nb::gil_scoped_release release;
@@ -251,8 +279,19 @@ CallWithoutGil::~CallWithoutGil() {
   g_calls_without_gil.fetch_sub(1, std::memory_order_acq_rel);
 }
 
+uint64_t ForkGeneration() { return g_fork_generation.load(std::memory_order_relaxed); }
+
+void RefuseAfterFork(uint64_t generation, const char* what, const char* object) {
+  if (generation == ForkGeneration()) return;
+  ThrowIfError(Status::NotSupported(
+      std::string(what) + ": the " + object + " was opened before fork(), in the parent "
+      "process; its threads do not run in this child and its pool is the parent's: open "
+      "one in this process instead"));
+}
+
 std::shared_ptr<Middleware> AcquireMiddleware(PyMiddleware& h, const char* what) {
   if (!h.mw) ThrowIfError(Status::Shutdown(std::string(what) + ": middleware is closed"));
+  RefuseAfterFork(h.fork_generation, what, "middleware");
   return h.mw;
 }
 
@@ -380,6 +419,7 @@ void BindCore(nb::module_& m) {
       .def(
           "get",
           [](PyEngine& e, nb::bytes key) -> nb::object {
+            RefuseAfterFork(e.fork_generation, "get", "engine");
             std::string value;
             Status s;
             {
@@ -394,6 +434,7 @@ void BindCore(nb::module_& m) {
       .def(
           "put",
           [](PyEngine& e, nb::bytes key, nb::bytes value) {
+            RefuseAfterFork(e.fork_generation, "put", "engine");
             Status s;
             {
               nb::gil_scoped_release release;
@@ -405,6 +446,7 @@ void BindCore(nb::module_& m) {
       .def(
           "remove",
           [](PyEngine& e, nb::bytes key) {
+            RefuseAfterFork(e.fork_generation, "remove", "engine");
             Status s;
             {
               nb::gil_scoped_release release;
@@ -418,6 +460,7 @@ void BindCore(nb::module_& m) {
       .def(
           "exists",
           [](PyEngine& e, nb::bytes key) {
+            RefuseAfterFork(e.fork_generation, "exists", "engine");
             Status s;
             {
               nb::gil_scoped_release release;  // an emulated device may sleep here
@@ -428,7 +471,10 @@ void BindCore(nb::module_& m) {
             return true;
           },
           nb::arg("key"))
-      .def("count", [](PyEngine& e) { return e.engine->Count(); });
+      .def("count", [](PyEngine& e) {
+        RefuseAfterFork(e.fork_generation, "count", "engine");
+        return e.engine->Count();
+      });
 
   m.def(
       "open_pmem_engine",
@@ -486,6 +532,7 @@ void BindCore(nb::module_& m) {
   // ---- middleware ----
   nb::module_::import_("atexit").attr("register")(
       nb::cpp_function(&StopAllAtExit, nb::name("_stop_all_middlewares")));
+  ::pthread_atfork(nullptr, nullptr, &AfterForkInChild);
 
   nb::class_<PyMiddleware>(m, "Middleware", "The concurrency-control middleware over an engine.")
       .def(
@@ -497,6 +544,7 @@ void BindCore(nb::module_& m) {
              const std::string& execution) {
             if (!engine || !engine->engine)
               ThrowIfError(Status::InvalidArgument("engine is closed or missing"));
+            RefuseAfterFork(engine->fork_generation, "Middleware", "engine");
             if (g_exiting) ThrowIfError(Status::Shutdown("the interpreter is exiting"));
             MiddlewareOptions o;
             if (execution == "caller-runs") {
@@ -521,7 +569,7 @@ void BindCore(nb::module_& m) {
             ThrowIfError(s);
             std::shared_ptr<Middleware> mw(box, &box->mw);  // shares the box's ownership
             Register(mw);
-            new (self) PyMiddleware{std::move(engine), std::move(mw), {}};
+            new (self) PyMiddleware{std::move(engine), std::move(mw), {}, ForkGeneration()};
           },
           nb::arg("engine"), nb::arg("interactive_threads") = 1, nb::arg("batch_threads") = 1,
           nb::arg("max_threads") = MiddlewareOptions().max_threads,
@@ -540,6 +588,9 @@ void BindCore(nb::module_& m) {
              // flight hold their own reference and end with a result or ShutdownError.
              std::shared_ptr<Middleware> mw = std::move(self.mw);
              self.engine.reset();
+             // In a child forked after it was opened, the middleware runs in the parent:
+             // only this process's reference goes (BoxDeleter leaves the box alone).
+             if (self.fork_generation != ForkGeneration()) return;
              if (!mw) mw = self.closing.lock();  // closed already: wait for that Stop too
              if (!mw) return;
              self.closing = mw;
@@ -563,8 +614,13 @@ void BindCore(nb::module_& m) {
            "pools and drop this object's reference. Idempotent; later calls raise ShutdownError.\n"
            "Called from one of this middleware's completion callbacks, it returns at once and\n"
            "the drain finishes on another thread after the callback returns.\n"
-           "Generators and replays still holding the middleware keep its memory, not its service.")
-      .def_prop_ro("running", [](PyMiddleware& self) { return self.mw && self.mw->running(); })
+           "Generators and replays still holding the middleware keep its memory, not its service.\n"
+           "In a child forked after it was opened, only the child's reference goes.")
+      .def_prop_ro("running",
+                   [](PyMiddleware& self) {
+                     return self.mw && self.fork_generation == ForkGeneration() &&
+                            self.mw->running();
+                   })
       .def_prop_ro("engine", [](PyMiddleware& self) { return self.engine; })
       .def(
           "get",

@@ -183,6 +183,7 @@ void BindDevice(nb::module_& m) {
          uint64_t seed, uint64_t spin_below_ns, uint32_t max_spinning_threads) {
         if (!base || !base->engine)
           ThrowIfError(Status::InvalidArgument("engine is closed or missing"));
+        RefuseAfterFork(base->fork_generation, "emulate_device", "engine");
         ThrowIfError(ValidateDeviceProfile(profile));
         EmulatedDeviceOptions o;
         o.write_stalls = write_stalls;

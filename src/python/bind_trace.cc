@@ -200,6 +200,7 @@ nb::dict ResultToDict(const ReplayResult& r) {
 // their first Shutdown answer) but never frees what a client thread is calling.
 std::shared_ptr<Middleware> RunningMiddleware(PyMiddleware& h) {
   if (!h.mw || !h.mw->running()) ThrowIfError(Status::Shutdown("replay: middleware is not running"));
+  RefuseAfterFork(h.fork_generation, "replay", "middleware");
   return h.mw;
 }
 

@@ -96,6 +96,7 @@ nb::dict ResultsToDict(const YcsbResults& r) {
 // their first ShutdownError) but never frees what a client thread is calling.
 std::shared_ptr<Middleware> RunningMiddleware(PyMiddleware& h) {
   if (!h.mw || !h.mw->running()) ThrowIfError(Status::Shutdown("ycsb: middleware is not running"));
+  RefuseAfterFork(h.fork_generation, "ycsb", "middleware");
   return h.mw;
 }
 

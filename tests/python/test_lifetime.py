@@ -408,6 +408,63 @@ def test_close_from_inside_a_completion_callback(control, execution):
     assert "ok" in child.stdout
 
 
+@pytest.mark.parametrize("execution, device", [("caller-runs", None), ("handoff", None),
+                                               ("caller-runs", "optane-1dimm")])
+def test_a_forked_child_is_refused_the_parents_middleware(execution, device, shm_dir):
+    # A child of fork() has none of the middleware's threads (workers, monitor, the
+    # device's timer): its submits never completed, its hand-off calls hung, close() and
+    # the exit hook crashed it (SIGSEGV) joining threads it does not have, and its puts
+    # went into the pool the parent has open.
+    path = os.path.join(shm_dir, "t.pool")
+    child = _run_callback_child(f"""
+        import os, sys
+        import nvmw
+        from nvmw import errors
+
+        mw = nvmw.Middleware({path!r}, pool_size=64 << 20, execution="{execution}",
+                             device={device!r}, window_s=0.05)
+        left_open = nvmw.Middleware(engine="memory")  # the child's exit hook meets it
+        engine = nvmw.open_engine("memory")
+        mw.put(b"k", b"parent")
+        pid = os.fork()
+        if pid == 0:
+            calls = {{"get": lambda: mw.get(b"k"), "put": lambda: mw.put(b"k", b"child"),
+                     "submit": lambda: mw.submit("put", b"k", b"child"),
+                     "set_threads": lambda: mw.set_threads(2, 1), "stats": mw.get_stats,
+                     "enter": mw.__enter__, "its engine": lambda: mw.engine.put(b"k", b"child"),
+                     "engine": lambda: engine.get(b"k"),
+                     "Middleware": lambda: nvmw.Middleware(engine=engine)}}
+            for name, call in calls.items():
+                try:
+                    call()
+                    print(name, "ran", flush=True)
+                except errors.NotSupportedError as e:
+                    print(name, "refused" if "fork()" in str(e) else e, flush=True)
+            with nvmw.Middleware(engine="memory") as own:  # one opened in the child works
+                own.put(b"k", b"v")
+                print("own", own.submit("get", b"k").result(60), flush=True)
+            mw.close()  # lets go of the child's copy; the parent's goes on
+            mw.close()
+            sys.exit(0)  # the exit hook runs, left_open still open
+        _, status = os.waitpid(pid, 0)
+        print("child status", os.waitstatus_to_exitcode(status), flush=True)
+        assert mw.get(b"k") == b"parent"
+        assert mw.submit("get", b"k").result(60) == b"parent"
+        assert mw.set_threads(2, 2) == (2, 2)
+        mw.close()
+        left_open.close()
+        print("parent ok", flush=True)
+    """)
+    assert child.returncode == 0, child.stderr
+    lines = child.stdout.splitlines()
+    for name in ("get", "put", "submit", "set_threads", "stats", "enter", "its engine",
+                 "engine", "Middleware"):
+        assert f"{name} refused" in lines, child.stdout
+    assert "own b'v'" in lines, child.stdout
+    assert "child status 0" in lines, child.stdout
+    assert "parent ok" in lines, child.stdout + child.stderr
+
+
 @pytest.mark.parametrize("holder", ["core", "wrapper"])
 def test_last_reference_dropped_by_a_completion_callback(holder, shm_dir):
     # The callback held the last reference to its middleware: freeing it after the
