@@ -251,7 +251,8 @@ class Middleware:
         Its done-callbacks run on the thread that completed it (a worker, or without
         control the caller), which holds the request's permit until they return: they may
         submit() but a synchronous call into this middleware raises NotSupportedError (it
-        could wait for that permit)."""
+        could wait for that permit). The request cannot be cancelled: ``cancel()`` returns
+        False."""
         if not isinstance(op, str) or op not in _OPS:
             raise InvalidArgumentError(f"unknown op {op!r}: use 'get', 'put', 'remove' or 'exists'")
         fut: concurrent.futures.Future = concurrent.futures.Future()
@@ -264,6 +265,9 @@ class Middleware:
             else:
                 fut.set_exception(error)
 
+        # Accepted, a request runs whatever happens: the future is running from the start,
+        # so cancel() says False (it said True for a put that was then applied anyway).
+        fut.set_running_or_notify_cancel()
         self.core.submit(_OPS[op], _b(key), _b(value, "value"), _cls(cls), done)
         return fut
 

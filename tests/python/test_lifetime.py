@@ -137,6 +137,22 @@ def test_close_waits_for_pending_callbacks():
     assert all(f.exception() is None for f in futures)
 
 
+def test_a_submitted_request_cannot_be_cancelled():
+    # An accepted request runs whatever happens: cancel() said True for a put that was
+    # then applied, and its completion then failed on the cancelled future ("Exception
+    # ignored in: 'nvmw completion callback'", InvalidStateError).
+    engine = nvmw.open_engine("memory")
+    with nvmw.Middleware(engine=engine, interactive_threads=1, batch_threads=1) as mw:
+        gate = threading.Event()
+        mw.core.submit(0, b"x", b"", 1, lambda error, value: gate.wait(60))  # the batch worker
+        fut = mw.submit("put", b"k", b"v", cls="batch")
+        assert not fut.cancel()
+        assert fut.running() and not fut.cancelled()
+        gate.set()
+        assert fut.result(60) is None
+    assert engine.get(b"k") == b"v"
+
+
 def test_calls_after_close_raise_shutdown_error():
     mw = nvmw.Middleware(engine="memory")
     core = mw.core
@@ -521,7 +537,12 @@ def test_sync_call_from_a_completion_callback_is_refused():
                     raised.append(str(e))
                 done.set()
 
+            # The only interactive worker waits until the done-callback is attached: a get
+            # that completed before would run it on this thread, where put is allowed.
+            gate = threading.Event()
+            mw.core.submit(0, b"k", b"", 0, lambda error, value: gate.wait(60))
             mw.submit("get", b"k", cls="interactive").add_done_callback(then)
+            gate.set()
             assert done.wait(60)
             assert raised and "submit the request instead" in raised[0], raised
             # Asynchronous calls from a callback are fine.
