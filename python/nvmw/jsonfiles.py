@@ -1,12 +1,70 @@
 """Reading the JSON files the lab writes and reads back (sweeps, capacity measurements,
 tuned parameters, oracle tables, simulator parameters). A key given twice in one object
 is an error naming the file: `json.load` would keep the last value without a word, and a
-hand-edited file would then run on a value nobody meant. Standard library only."""
+hand-edited file would then run on a value nobody meant. Standard library only.
+
+Also the two ways every lab file is opened: `open_input` for the files a command reads
+(a directory is refused naming it; a FIFO nobody writes reads as empty instead of
+blocking the open forever), and `replacing` / `open_output` for the files it writes
+(written beside the target and renamed onto it, so Ctrl-C, a full disk or a second run
+writing the same file never leaves half a file that a later command misreads)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from typing import Any
+import secrets
+import stat
+from typing import IO, Any, Iterator
+
+
+def open_input(path: "str | os.PathLike", mode: str = "r", **kwargs: Any) -> IO:
+    """`open(path, mode)` for reading a lab input file. The open does not wait for a
+    writer (a FIFO that no one writes then reads as empty: it blocked the open, Ctrl-C
+    included), and a directory is IsADirectoryError naming the path."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise IsADirectoryError(f"{os.fspath(path)}: is a directory, not a file")
+        os.set_blocking(fd, True)
+        return open(fd, mode, **kwargs)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+@contextlib.contextmanager
+def replacing(path: "str | os.PathLike") -> Iterator[str]:
+    """A temporary path beside `path` (same directory and extension) to write instead of
+    it: renamed onto `path` when the block ends, removed when it raises (Ctrl-C, a full
+    disk, a failed writer). A symbolic link at `path` is written through; what is there and
+    not a regular file (a device such as /dev/stdout, a FIFO) is `path` itself, written in
+    place: a rename would replace the node."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:  # nothing there yet (or a link to nothing: its target is made)
+        mode = stat.S_IFREG
+    if not stat.S_ISREG(mode):
+        yield os.fspath(path)
+        return
+    target = os.path.realpath(os.fspath(path))
+    directory, base = os.path.split(target)
+    tmp = os.path.join(directory, f".{base}.{os.getpid()}-{secrets.token_hex(4)}.tmp{os.path.splitext(base)[1]}")
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def open_output(path: "str | os.PathLike", mode: str = "w", **kwargs: Any) -> Iterator[IO]:
+    """`open(path, mode)` for writing a whole output file through `replacing`."""
+    with replacing(path) as tmp:
+        with open(tmp, mode, **kwargs) as fh:
+            yield fh
 
 
 class _Repeated(Exception):
@@ -28,13 +86,15 @@ def load(path: "str | os.PathLike", what: str) -> Any:
     be ("a sweep file"), for text that is not UTF-8 JSON or repeats a key in one object.
     OSError (a missing or unreadable file) is the caller's to report."""
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open_input(path, encoding="utf-8") as fh:
             return json.load(fh, object_pairs_hook=_no_repeats)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{os.fspath(path)}: not {what} (not JSON: {e})") from None
+    except RecursionError:  # json's decoder recurses once per nested array or object
+        raise ValueError(f"{os.fspath(path)}: not {what} (JSON nested too deeply)") from None
     except _Repeated as e:
         raise ValueError(f"{os.fspath(path)}: key{'s' if len(e.keys) > 1 else ''} "
                          f"{', '.join(map(repr, e.keys))} given more than once in one object") from None
 
 
-__all__ = ["load"]
+__all__ = ["load", "open_input", "open_output", "replacing"]

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "util/input_file.h"
+
 namespace nvmw::device {
 
 namespace {
@@ -48,9 +50,8 @@ bool IsBareKeyChar(char c) {
 }  // namespace
 
 Status ReadTextFile(const std::string& path, std::string* text) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    int err = errno;
+  std::FILE* f = nullptr;
+  if (int err = OpenInputFile(path, &f); err != 0) {
     if (err == ENOENT) return Status::NotFound(path + ": no such file");
     return Status::IOError(path + ": " + std::strerror(err));
   }

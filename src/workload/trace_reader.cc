@@ -1,15 +1,22 @@
 // Trace readers and writers: the Azure Functions Blob 2020 CSV (exact released
 // schema) and nvmw's native CSV; plus the trace summary used by `nvmw trace stats`.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <unordered_map>
 
 #include "nvmw/trace.h"
+#include "../util/input_file.h"
 #include "../util/rng.h"  // relative paths: also found when fuzz/ compiles this file
 #include "trace_util.h"
 
@@ -352,21 +359,29 @@ Status ParseTrace(std::string_view text, const TraceReadOptions& options, Trace*
 }
 
 Status ReadTrace(const std::string& path, const TraceReadOptions& options, Trace* trace) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::IOError(path + ": cannot open: " + std::strerror(errno));
+  std::FILE* file = nullptr;
+  if (int err = OpenInputFile(path, &file); err != 0) {
+    return Status::IOError(path + ": cannot open: " + std::strerror(err));
+  }
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(file, &std::fclose);
   TraceReadOptions opts = options;
   if (opts.source_name.empty()) opts.source_name = path;
   Parser parser(opts);
-  std::string line;
+  char* buf = nullptr;
+  size_t cap = 0;
+  std::unique_ptr<char*, void (*)(char**)> free_buf(&buf, [](char** b) { std::free(*b); });
   uint64_t lines = 0;
-  while (std::getline(in, line)) {
+  ssize_t n;
+  while ((n = ::getline(&buf, &cap, in.get())) >= 0) {
     if ((++lines & 4095) == 0 && opts.cancel != nullptr && opts.cancel->load(std::memory_order_relaxed)) {
       return Status::Shutdown(path + ": read stopped at line " + std::to_string(lines));
     }
+    std::string_view line(buf, static_cast<size_t>(n));
+    if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
     Status s = parser.Line(line);
     if (!s.ok()) return s;
   }
-  if (in.bad()) return Status::IOError(path + ": read error");
+  if (std::ferror(in.get())) return Status::IOError(path + ": read error");
   return parser.Finish(trace);
 }
 
@@ -437,17 +452,36 @@ Status WriteTrace(const std::string& path, const Trace& trace, TraceFormat forma
   std::string text;
   Status s = FormatTrace(trace, format, seed, shuffle_azure, &text);
   if (!s.ok()) return s;
-  // Write beside the target and rename, so a failed write never leaves half a trace.
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+  auto write = [&](const std::string& file) {
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
     if (!out) return Status::IOError(path + ": cannot create: " + std::strerror(errno));
+    errno = 0;
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
     out.flush();
     if (!out) {
-      std::remove(tmp.c_str());
-      return Status::IOError(path + ": write failed");
+      return Status::IOError(path + ": write failed" +
+                             (errno != 0 ? std::string(": ") + std::strerror(errno) : std::string()));
     }
+    return Status::OK();
+  };
+  // What is there and not a regular file (a device such as /dev/stdout, a FIFO, a
+  // directory) is written in place or refused: a rename would replace the node itself.
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode)) return write(path);
+  } else if (errno != ENOENT) {
+    return Status::IOError(path + ": cannot create: " + std::strerror(errno));
+  }
+  // Write beside the target and rename, so a failed write never leaves half a trace. The
+  // temporary's name is this writer's own: two writers of one path each rename a whole
+  // trace (with one name for all, they wrote into one file and renamed a mix of both).
+  static std::atomic<uint64_t> writes{0};
+  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
+                    std::to_string(writes.fetch_add(1, std::memory_order_relaxed));
+  s = write(tmp);
+  if (!s.ok()) {
+    std::remove(tmp.c_str());
+    return s;
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());

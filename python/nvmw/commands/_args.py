@@ -277,6 +277,24 @@ def check_output_file(path: Optional[str], option: str) -> None:
         raise ValueError(f"{option} {path}: not writable")
 
 
+def check_apart(outputs: list, inputs: list = ()) -> None:
+    """Refuse, before a run, two output options naming one file (the second write replaced
+    the first) and an output naming an input file of the run (the run replaced what it
+    read: a sweep, transitions). `outputs` and `inputs` are (option, path) pairs; a path
+    of None is left out, and so is an input that is not a file (a shipped name)."""
+    seen: dict = {}
+    for option, path in inputs:
+        if path is not None and os.path.isfile(path):
+            seen.setdefault(os.path.realpath(path), option)
+    for option, path in outputs:
+        if path is None:
+            continue
+        key = os.path.realpath(path)
+        if key in seen:
+            raise ValueError(f"{option} {path} is also {seen[key]}: one file cannot be both")
+        seen[key] = option
+
+
 def check_output_dir(path: Optional[str], option: str) -> None:
     """Create the output directory now (as the run would at its end) and check it is writable."""
     if path is None:

@@ -15,8 +15,9 @@ import sys
 import time
 from collections import Counter
 
+from nvmw import jsonfiles
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import Distinct, check_output_file, int_in, nonneg_int, open_fraction, phase_number
+from nvmw.commands._args import Distinct, check_apart, check_output_file, int_in, nonneg_int, open_fraction, phase_number
 from nvmw.commands._args import add_env_args, argv_of, env_from_args, positive_float, positive_int
 from nvmw.lab.calibration import (calibrate, confirm_env, load_confirmation, load_sweep, no_control_windows,
                                   promise_configs, save_oracle, save_sweep, sweep_env)
@@ -83,7 +84,7 @@ def _capacity(args) -> int:
         return 2
     text = json.dumps(out, indent=2)
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
+        with jsonfiles.open_output(args.out, encoding="utf-8") as fh:
             fh.write(text + "\n")
     print(text)
     return 0
@@ -120,6 +121,14 @@ def _notes(args, header: dict, rows: list, confirm: list) -> str:
 def run(args) -> int:
     for opt in ("out", "oracle_out", "sweep_out", "no_control_out"):
         check_output_file(getattr(args, opt), "--" + opt.replace("_", "-"))
+    oracle_out = args.oracle_out or (os.path.splitext(args.out)[0] + ".oracle.json" if args.out and not args.capacity
+                                     else None)
+    # --sweep-out may name --from-sweep: that is read whole, then written again with its confirmation.
+    from_sweep = None if args.sweep_out and args.from_sweep and \
+        os.path.realpath(args.sweep_out) == os.path.realpath(args.from_sweep) else args.from_sweep
+    check_apart([("--out", args.out), ("--oracle-out", oracle_out), ("--sweep-out", args.sweep_out),
+                 ("--no-control-out", args.no_control_out)],
+                [("--from-sweep", from_sweep), ("--sla", args.sla), ("--sim-params", args.sim_params)])
     if args.capacity:
         return _capacity(args)
     if not args.out:

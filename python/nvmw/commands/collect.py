@@ -9,7 +9,7 @@ import json
 import time
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import Distinct, check_output_file, phase_number, positive_int
+from nvmw.commands._args import Distinct, check_apart, check_output_file, phase_number, positive_int
 from nvmw.commands._args import add_backend_args, add_env_args, env_from_args, runner_from_args
 from nvmw.errors import Interrupted
 from nvmw.lab.runs import run_header
@@ -31,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args) -> int:
     check_output_file(args.out, "--out")
+    check_apart([("--out", args.out)], [("--sla", args.sla), ("--sim-params", args.sim_params)])
     env = env_from_args(args)
     t0 = time.monotonic()
     runner = None

@@ -9,7 +9,8 @@ import argparse
 import json
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import Distinct, check_output_file, int_in, nonneg_int, positive_int, window_seconds
+from nvmw.commands._args import (Distinct, check_apart, check_output_file, int_in, nonneg_int, positive_int,
+                                 window_seconds)
 from nvmw.commands._args import add_pool_args, pool_config
 from nvmw.lab.calibration import load_sweep
 from nvmw.lab.lineup import deprecated
@@ -65,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _fit(args) -> int:
     check_output_file(args.out, "--out")
-    check_output_file(getattr(args, "plot", None), "--plot")
+    check_apart([("--out", args.out)], [("SWEEP", s) for s in args.sweep] + [("--start", args.start)])
     rows, run = load_sweep(args.sweep)
     run = run or {}
     device = args.device or run.get("device", "optane-1dimm")
@@ -80,6 +81,8 @@ def _fit(args) -> int:
 
 
 def _check(args) -> int:
+    check_output_file(args.plot, "--plot")
+    check_apart([("--plot", args.plot)], [("SWEEP", s) for s in args.sweep] + [("--params", args.params)])
     rows, run = load_sweep(args.sweep)
     run = run or {}
     device = args.device or run.get("device", "optane-1dimm")

@@ -11,12 +11,14 @@ import os
 import time
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import (Distinct, add_backend_args, add_env_args, check_output_file, env_from_args,
-                                 float_in, fraction, nonneg_int, phase_number, positive_int, runner_from_args)
+from nvmw.commands._args import (Distinct, add_backend_args, add_env_args, check_apart, check_output_file,
+                                 env_from_args, float_in, fraction, nonneg_int, phase_number, positive_int,
+                                 runner_from_args)
 from nvmw.lab.runs import run_header
 from nvmw.rl.agent import REWARD_TRANSFORMS
 from nvmw.lab.training import (UPDATE_MODES, load_tuned, plot_curve, pretrained_agent, resumed_agent,
                                 train_per_phase)
+from nvmw.rl.policy import policy_path
 from nvmw.rl.pretrain import collect_transitions, load_transitions
 from nvmw.workloads.phases import DEFAULT_PHASES
 
@@ -65,6 +67,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args) -> int:
     check_output_file(args.out, "--out")
     check_output_file(args.curve, "--curve")
+    # --init-agent may be --out: the agent is read whole before it is saved again.
+    check_apart([("--out", args.out), ("--curve", args.curve or os.path.splitext(args.out)[0] + ".curve.png"),
+                 ("its policy file", policy_path(args.out))],
+                [("--transitions", args.transitions), ("--tuned", args.tuned), ("--sla", args.sla),
+                 ("--sim-params", args.sim_params)])
     if args.tuned:
         load_tuned(args.tuned)  # refused now, not after the transitions are collected
     if args.collect_episodes == 0 and not (args.transitions or args.init_agent):

@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from nvmw import jsonfiles
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import int_in, nonneg_int
+from nvmw.commands._args import check_apart, check_output_file, int_in, nonneg_int
 from nvmw.rl.agent import REWARD_TRANSFORMS
 from nvmw.rl.pretrain import GRIDS, load_transitions, tune_models
 
@@ -36,13 +37,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args) -> int:
+    check_output_file(args.out, "--out")
+    check_apart([("--out", args.out)], [("TRANSITIONS", args.transitions)])
     data = load_transitions(args.transitions)
     res = tune_models(data, grid=GRIDS[args.grid], cv=args.cv, n_jobs=args.n_jobs,
                       backend=args.backend, ray_address=args.ray_address, seed=args.seed, progress=True,
                       max_samples=args.max_samples, reward_transform=args.reward_transform)
     res["transitions"] = args.transitions
     res["reward_transform"] = args.reward_transform
-    with open(args.out, "w", encoding="utf-8") as fh:
+    with jsonfiles.open_output(args.out, encoding="utf-8") as fh:
         json.dump(res, fh, indent=2)
     print(json.dumps({"out": args.out, "backend": res["backend"], "wall_s": round(res["wall_s"], 1),
                       "test_r2": [round(x, 3) for x in res["test_r2"]], "model_params": res["model_params"]},

@@ -13,6 +13,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from nvmw import jsonfiles
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised only on old interpreters
@@ -113,12 +115,14 @@ class SLASpec:
     def from_toml(cls, path: str | os.PathLike) -> "SLASpec":
         """Read a spec from a TOML file whose top-level table (or [sla]) has the field names."""
         try:
-            with open(path, "rb") as fh:
+            with jsonfiles.open_input(path, "rb") as fh:
                 data = tomllib.load(fh)
         except FileNotFoundError:
             raise FileNotFoundError(f"SLA spec file not found: {path}") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"{path}: not valid TOML: {e}") from None
+        except RecursionError:  # tomllib recurses once per nested array or table
+            raise ValueError(f"{path}: not valid TOML: nested too deeply") from None
         if "sla" in data and isinstance(data["sla"], dict):
             beside = sorted(set(data) - {"sla"})
             if beside:
@@ -148,7 +152,7 @@ class SLASpec:
         return "\n".join(lines) + "\n"
 
     def save(self, path: str | os.PathLike) -> None:
-        with open(path, "w", encoding="utf-8") as fh:
+        with jsonfiles.open_output(path, encoding="utf-8") as fh:
             fh.write(self.to_toml())
 
     # --- helpers --------------------------------------------------------------------

@@ -342,12 +342,12 @@ def save_sweep(path: "str | os.PathLike", rows: Sequence[Mapping[str, Any]], hea
     out: dict[str, Any] = {"rows": list(rows), "run": dict(header)}
     if confirm_rows:
         out["confirm_rows"] = list(confirm_rows)
-    with open(path, "w", encoding="utf-8") as fh:
+    with jsonfiles.open_output(path, encoding="utf-8") as fh:
         json.dump(out, fh)
 
 
 def save_oracle(path: "str | os.PathLike", report: Mapping[str, Any], spec_name: str,
                 header: Mapping[str, Any]) -> None:
     """The oracle table of a `calibrate` report as `OracleFixed.from_json` reads it."""
-    with open(path, "w", encoding="utf-8") as fh:
+    with jsonfiles.open_output(path, encoding="utf-8") as fh:
         json.dump({"table": report["oracle"], "spec": spec_name, "run": dict(header)}, fh, indent=2)

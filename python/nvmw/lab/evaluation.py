@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
+from nvmw import jsonfiles
 from nvmw.control.controllers import Controller
 from nvmw.control.loop import drive
 from nvmw.control.sla import SLASpec
@@ -629,13 +630,13 @@ def write_outputs(summaries: Mapping, traces: Mapping, header: Mapping[str, Any]
     paths = {k: os.path.join(out_dir, f) for k, f in (("json", "eval.json"), ("run", "run.json"), ("markdown", "eval.md"),
                                                         ("png", "eval.png"), ("traces", "traces.json"))
              if k != "png" or plot}
-    with open(paths["json"], "w", encoding="utf-8") as fh:
+    with jsonfiles.open_output(paths["json"], encoding="utf-8") as fh:
         json.dump(summaries, fh, indent=2)
-    with open(paths["run"], "w", encoding="utf-8") as fh:
+    with jsonfiles.open_output(paths["run"], encoding="utf-8") as fh:
         json.dump(dict(header), fh, indent=2)
-    with open(paths["markdown"], "w", encoding="utf-8") as fh:
+    with jsonfiles.open_output(paths["markdown"], encoding="utf-8") as fh:
         fh.write(markdown_report(summaries, header))
-    with open(paths["traces"], "w", encoding="utf-8") as fh:
+    with jsonfiles.open_output(paths["traces"], encoding="utf-8") as fh:
         json.dump(traces, fh)
     if plot:
         plot_traces(traces, paths["png"], switch_every,

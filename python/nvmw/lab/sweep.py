@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from nvmw import _core
+from nvmw import _core, jsonfiles
 from nvmw.errors import Interrupted
 from nvmw.middleware import DEFAULT_MAX_THREADS, Middleware
 from nvmw.workloads import traces
@@ -260,7 +260,7 @@ def run_sweep(config: Optional[SweepConfig] = None,
     if cfg.out_dir:
         os.makedirs(cfg.out_dir, exist_ok=True)
         write_csv(os.path.join(cfg.out_dir, "sweep.csv"), rows)
-        with open(os.path.join(cfg.out_dir, "summary.json"), "w") as f:
+        with jsonfiles.open_output(os.path.join(cfg.out_dir, "summary.json")) as f:
             json.dump(summary, f, indent=2, sort_keys=True)
         if cfg.plot:
             plot_sweep(summary, os.path.join(cfg.out_dir, "sweep.png"))
@@ -286,7 +286,7 @@ def _interrupted(cfg: SweepConfig, rows: list, per_config: list, planned: int, t
     write_csv(os.path.join(cfg.out_dir, "sweep.csv"), rows)
     written = ["sweep.csv"]
     if summary is not None:
-        with open(os.path.join(cfg.out_dir, "summary.json"), "w") as f:
+        with jsonfiles.open_output(os.path.join(cfg.out_dir, "summary.json")) as f:
             json.dump(summary, f, indent=2, sort_keys=True)
         written.append("summary.json")
     raise Interrupted(f"wrote the {len(rows)} finished repetitions ({len(per_config)} of {planned} "
@@ -344,7 +344,7 @@ def summarize(cfg: SweepConfig, per_config: list) -> dict:
 
 
 def write_csv(path: str, rows: list) -> None:
-    with open(path, "w", newline="") as f:
+    with jsonfiles.open_output(path, newline="") as f:
         w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
         w.writeheader()
         for r in rows:

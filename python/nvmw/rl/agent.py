@@ -19,7 +19,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import PolynomialFeatures, StandardScaler
 from tqdm.auto import tqdm
 
-from nvmw import _core
+from nvmw import _core, jsonfiles
 from nvmw.control.loop import drive
 from nvmw.rl.policy import GreedyPolicy, check_layout, save_beside
 
@@ -461,13 +461,15 @@ class QLearningAgent:
         greedily loads without scikit-learn; see nvmw.rl.policy)."""
         self._check_fitted()
         self.metadata_ = dict(metadata or getattr(self, "metadata_", {}) or {})
-        joblib.dump({"format": "nvmw-qagent-1", "agent": self}, path, compress=3)
+        with jsonfiles.replacing(path) as tmp:
+            joblib.dump({"format": "nvmw-qagent-1", "agent": self}, tmp, compress=3)
         save_beside(path, self.export_policy())
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "QLearningAgent":
         try:
-            blob = joblib.load(path)
+            with jsonfiles.open_input(path, "rb") as fh:
+                blob = joblib.load(fh)
         except FileNotFoundError:
             raise FileNotFoundError(f"agent file not found: {path}") from None
         except Exception as e:  # joblib raises assorted errors for foreign files

@@ -22,7 +22,7 @@ import math
 import os
 from typing import Any, Mapping, Sequence
 
-from nvmw import _core
+from nvmw import _core, jsonfiles
 
 #: The policy file's format; `load_beside` ignores files of any other.
 FORMAT = "nvmw-qpolicy-1"
@@ -49,7 +49,7 @@ def policy_path(agent_path: "str | os.PathLike") -> str:
 
 def file_sha256(path: "str | os.PathLike") -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with jsonfiles.open_input(path, "rb") as fh:
         h.update(fh.read())
     return h.hexdigest()
 
@@ -166,11 +166,9 @@ class GreedyPolicy:
         d = self.to_dict()
         d["agent_sha256"] = str(agent_sha256)
         d.update(extra)
-        tmp = f"{os.fspath(path)}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
+        with jsonfiles.open_output(path, encoding="utf-8") as fh:
             json.dump(d, fh, indent=1)
             fh.write("\n")
-        os.replace(tmp, path)
 
 
 def save_beside(agent_path: "str | os.PathLike", policy: GreedyPolicy, **extra: Any) -> str:
@@ -186,7 +184,7 @@ def load_beside(agent_path: "str | os.PathLike") -> "GreedyPolicy | None":
     none, it cannot be read, is of another format, or was written for another version of
     the agent file (its recorded SHA-256 differs): the caller then loads the agent."""
     try:
-        with open(policy_path(agent_path), encoding="utf-8") as fh:
+        with jsonfiles.open_input(policy_path(agent_path), encoding="utf-8") as fh:
             d = json.load(fh)
         if not isinstance(d, dict) or d.get("agent_sha256") != file_sha256(agent_path):
             return None

@@ -18,6 +18,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.model_selection import GridSearchCV, KFold, train_test_split
 from tqdm.auto import tqdm
 
+from nvmw import jsonfiles
 from nvmw.errors import Interrupted
 from nvmw.rl.agent import N_ACTIONS, N_FEATURES, learning_reward, make_pipeline, transform_features
 from nvmw.rl.episodes import EPISODE_KEYS, EpisodeRunner, episode_arrays, episode_seed
@@ -116,8 +117,9 @@ def collect_transitions(env=None, *, episodes_per_phase: int = 150, phases: Sequ
 
 
 def save_transitions(path: str | os.PathLike, data: Mapping[str, np.ndarray], meta: Mapping[str, Any] | None = None) -> None:
-    np.savez_compressed(path, **{k: np.asarray(data[k]) for k in TRANSITION_KEYS},
-                        meta=np.asarray(json.dumps(dict(meta or {}))))
+    with jsonfiles.open_output(path, "wb") as fh:  # a file, not a name: numpy would add ".npz" to one
+        np.savez_compressed(fh, **{k: np.asarray(data[k]) for k in TRANSITION_KEYS},
+                            meta=np.asarray(json.dumps(dict(meta or {}))))
 
 
 def load_transitions(path: str | os.PathLike) -> dict[str, np.ndarray]:
@@ -126,7 +128,7 @@ def load_transitions(path: str | os.PathLike) -> dict[str, np.ndarray]:
     try:
         # Opened here, not by numpy: np.load leaves its own file open when the archive's
         # directory does not read (a truncated file).
-        with open(path, "rb") as fh:
+        with jsonfiles.open_input(path, "rb") as fh:
             z = np.load(fh, allow_pickle=False)
             if not hasattr(z, "files"):
                 raise ValueError(f"{path}: not an nvmw transitions file (one array, not an .npz archive)")

@@ -88,7 +88,7 @@ def list_params() -> list[str]:
 
 def save_params(result: Mapping, path: str) -> None:
     """Write a parameter file ({"params", "fit", "run"}) as `load_params` reads it."""
-    with open(path, "w") as fh:
+    with jsonfiles.open_output(path) as fh:
         json.dump(result, fh, indent=2, sort_keys=True)
         fh.write("\n")
 

@@ -24,7 +24,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from nvmw import _core
+from nvmw import _core, jsonfiles
 from nvmw.workloads import traces
 from nvmw.workloads.capacity import FACTOR_KEYS, CapacityLike, load_capacity, rate_for
 
@@ -196,10 +196,12 @@ def load_phase(n_or_path: Union[int, str, os.PathLike], capacity: CapacityLike =
     else:
         path = os.fspath(n_or_path)
     try:
-        with open(path, "rb") as fh:
+        with jsonfiles.open_input(path, "rb") as fh:
             data = tomllib.load(fh)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not a phase file (not valid TOML: {e})") from None
+    except RecursionError:  # tomllib recurses once per nested array or table
+        raise ValueError(f"{path}: not a phase file (TOML nested too deeply)") from None
     unknown = set(data) - _PHASE_KEYS
     if unknown:
         raise ValueError(f"{path}: unknown keys {sorted(unknown)} (a phase file has {sorted(_PHASE_KEYS)})")
