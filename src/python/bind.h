@@ -29,9 +29,9 @@ void ThrowIfError(const Status& status);
 // shared with the parent, which goes on using it.
 uint64_t ForkGeneration();
 
-// Raises NotSupportedError (`what` prefixes the message; `object` is "engine" or
-// "middleware") unless `generation` is this process's: the object was opened before a
-// fork() in the parent process.
+// Raises NotSupportedError (`what` prefixes the message; `object` names it: "engine",
+// "middleware"...) unless `generation` is this process's: the object was created
+// before a fork(), in the parent process.
 void RefuseAfterFork(uint64_t generation, const char* what, const char* object);
 
 // Python-visible engine (`_core.Engine`): owns an Engine and keeps alive the engine

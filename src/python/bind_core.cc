@@ -284,8 +284,8 @@ uint64_t ForkGeneration() { return g_fork_generation.load(std::memory_order_rela
 void RefuseAfterFork(uint64_t generation, const char* what, const char* object) {
   if (generation == ForkGeneration()) return;
   ThrowIfError(Status::NotSupported(
-      std::string(what) + ": the " + object + " was opened before fork(), in the parent "
-      "process; its threads do not run in this child and its pool is the parent's: open "
+      std::string(what) + ": the " + object + " was created before fork(), in the parent "
+      "process; its threads do not run in this child and its pool is the parent's: create "
       "one in this process instead"));
 }
 

@@ -210,10 +210,19 @@ using RecordTuple = std::tuple<int64_t, std::string, std::string, uint64_t>;
 // waiting for a permit may be waiting for an async request whose completion needs it.
 // Freed inside a completion callback of the middleware it was started on (the callback
 // dropped the last reference), the core's destructor stops the clients and leaves
-// joining them to a thread of its own (the exit hook waits for it).
+// joining them to a thread of its own (the exit hook waits for it). Freed in a child
+// forked after it was made, it is left alone (leaked): its clients, and its
+// middleware's threads, do not exist there.
 struct PyReplay {
   PyReplay(const Trace& trace, const ReplayOptions& o) : replay(std::make_unique<Replay>(trace, o)) {}
   ~PyReplay() {
+    if (fork_generation != ForkGeneration()) {
+      (void)replay.release();
+      // It may hold a middleware, whose box holds the engine's Python object: not a
+      // reference counting error for nanobind to report at exit.
+      nb::set_leak_warnings(false);
+      return;
+    }
     replay->Stop();
     if (std::shared_ptr<Middleware> mw = started_on.lock(); mw && mw->InCompletion()) return;
     ReplayResult ignored;
@@ -227,12 +236,14 @@ struct PyReplay {
 
   std::unique_ptr<Replay> replay;
   std::weak_ptr<Middleware> started_on;  // the middleware of the last start()
+  const uint64_t fork_generation = ForkGeneration();
 };
 
 // A call that waits for the clients or the preload (start, join, run) would, inside one
 // of the middleware's completion callbacks, wait for client threads that may wait for
 // the permit of the thread running it.
 void RefuseInsideCompletionOf(const PyReplay& r, const char* what) {
+  RefuseAfterFork(r.fork_generation, what, "replay");
   if (std::shared_ptr<Middleware> mw = r.started_on.lock()) RefuseInsideCompletion(*mw, what);
 }
 

@@ -104,11 +104,20 @@ std::shared_ptr<Middleware> RunningMiddleware(PyMiddleware& h) {
 // waiting for a permit may be waiting for an async request whose completion needs it.
 // Freed inside a completion callback of its middleware (the callback dropped the last
 // reference), the core's destructor stops the clients and leaves joining them to a
-// thread of its own (the exit hook waits for it).
+// thread of its own (the exit hook waits for it). Freed in a child forked after it was
+// made, it is left alone (leaked): its clients, and its middleware's threads, do not
+// exist there.
 struct PyYcsbGenerator {
   PyYcsbGenerator(const YcsbOptions& o, std::shared_ptr<Middleware> m)
       : mw(m.get()), gen(std::make_unique<YcsbGenerator>(o, std::move(m))) {}
   ~PyYcsbGenerator() {
+    if (fork_generation != ForkGeneration()) {
+      (void)gen.release();
+      // It holds the middleware, whose box holds the engine's Python object: not a
+      // reference counting error for nanobind to report at exit.
+      nb::set_leak_warnings(false);
+      return;
+    }
     gen->Stop();
     if (mw->InCompletion()) return;  // ~YcsbGenerator defers the join
     if (ShouldReleaseGil()) {
@@ -121,12 +130,14 @@ struct PyYcsbGenerator {
 
   const Middleware* mw;  // identity only; kept alive by the generator, which shares it
   std::unique_ptr<YcsbGenerator> gen;
+  const uint64_t fork_generation = ForkGeneration();
 };
 
 // A call that waits for the clients (load, start, join, run, results) would, inside
 // one of the middleware's completion callbacks, wait for clients that may wait for
 // the permit of the thread running it.
 YcsbGenerator& Waitable(PyYcsbGenerator& g, const char* what) {
+  RefuseAfterFork(g.fork_generation, what, "generator");
   RefuseInsideCompletion(*g.mw, what);
   return *g.gen;
 }

@@ -481,6 +481,52 @@ def test_a_forked_child_is_refused_the_parents_middleware(execution, device, shm
     assert "parent ok" in lines, child.stdout + child.stderr
 
 
+def test_a_forked_child_is_refused_the_parents_generator_and_replay():
+    # Their client threads, and the middleware's, run in the parent: in the child, a
+    # join waited forever for clients it does not have, a start ran clients against a
+    # middleware without workers, and freeing them at exit hung joining those clients.
+    child = _run_callback_child("""
+        import os, sys
+        import nvmw
+        from nvmw import _core, errors
+        from nvmw.workloads import traces
+        from nvmw.workloads.ycsb import YcsbConfig, YcsbWorkload
+
+        mw = nvmw.Middleware(engine="memory", interactive_threads=2, batch_threads=1)
+        running = YcsbWorkload(mw, YcsbConfig(record_count=100, operation_count=0,
+                                              duration_s=120.0, threads=2))
+        running.load()
+        running.start()
+        idle = YcsbWorkload(mw, YcsbConfig(record_count=100, operation_count=100, threads=2))
+        replay = _core.Replay(traces.synth("azure", rows=2000, seed=3),
+                              traces.replay_options(threads=2, loop=True, duration_s=120.0))
+        replay.start(mw.core)
+        pid = os.fork()
+        if pid == 0:
+            for name, call in {"join": running.join, "start": idle.start,
+                               "replay join": replay.join}.items():
+                try:
+                    call()
+                    print(name, "ran", flush=True)
+                except errors.NotSupportedError as e:
+                    print(name, "refused" if "fork()" in str(e) else e, flush=True)
+            sys.exit(0)  # frees the generators and the replay
+        _, status = os.waitpid(pid, 0)
+        print("child status", os.waitstatus_to_exitcode(status), flush=True)
+        mw.close()
+        assert running.join()["all"]["ops"] > 0
+        assert replay.join()["all"]["ops"] > 0
+        print("parent ok", flush=True)
+    """)
+    assert child.returncode == 0, child.stderr
+    lines = child.stdout.splitlines()
+    for name in ("join", "start", "replay join"):
+        assert f"{name} refused" in lines, child.stdout
+    assert "child status 0" in lines, child.stdout
+    assert "parent ok" in lines, child.stdout
+    assert "leaked" not in child.stderr
+
+
 @pytest.mark.parametrize("holder", ["core", "wrapper"])
 def test_last_reference_dropped_by_a_completion_callback(holder, shm_dir):
     # The callback held the last reference to its middleware: freeing it after the
