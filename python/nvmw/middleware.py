@@ -128,7 +128,7 @@ def open_engine(engine: Union[str, "_core.Engine"] = "pmem", path: Optional[str]
     elif engine == "pmem":
         if not path:
             raise InvalidArgumentError("engine='pmem' needs a pool file path")
-        path = os.fsdecode(path)  # str, bytes or os.PathLike
+        path = os.fsencode(path)  # str, bytes or os.PathLike: the file's name as bytes
         file_mode = _integer("file_mode", file_mode)
         if not 0 <= file_mode <= 0o7777:
             raise InvalidArgumentError(f"file_mode must be permission bits (0 to 0o7777), got {file_mode!r}")

@@ -95,6 +95,12 @@ void RefuseInsideCompletion(const Middleware& mw, const char* what);
 // operating system would see only the part before it, a different file.
 void CheckPath(const char* what, const std::string& path);
 
+// A file path argument as the operating system's bytes: bytes as they are, a str or
+// os.PathLike encoded as os.fsencode does (so a name that is not UTF-8, which
+// os.fsdecode gives as lone surrogates, names the same file). TypeError naming `what`
+// for other types; CheckPath's error for a NUL character.
+std::string FsPath(const char* what, nb::handle path);
+
 // Options passed as dicts (YCSB, traces, replay, simulator). `what` names the option
 // in messages ("ycsb: threads"). OptionName: a key, TypeError unless a str.
 // OptionAs<T>: the value as T, TypeError naming the option for a value of another type.

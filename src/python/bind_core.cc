@@ -340,6 +340,21 @@ uint64_t OptionUint(const std::string& what, nb::handle value) {
   throw nb::type_error((what + " must be an integer, not " + Py_TYPE(v)->tp_name).c_str());
 }
 
+std::string FsPath(const char* what, nb::handle path) {
+  PyObject* fs = PyOS_FSPath(path.ptr());  // str or bytes; TypeError for anything else
+  if (fs == nullptr) {
+    PyErr_Clear();
+    throw nb::type_error((std::string(what) + " must be str, bytes or os.PathLike, not " +
+                          Py_TYPE(path.ptr())->tp_name).c_str());
+  }
+  nb::object encoded = nb::steal(PyUnicode_Check(fs) ? PyUnicode_EncodeFSDefault(fs) : fs);
+  if (PyUnicode_Check(fs)) Py_DECREF(fs);
+  if (!encoded.is_valid()) throw nb::python_error();
+  std::string out(PyBytes_AS_STRING(encoded.ptr()), PyBytes_GET_SIZE(encoded.ptr()));
+  CheckPath(what, out);
+  return out;
+}
+
 void CheckPath(const char* what, const std::string& path) {
   if (path.find('\0') != std::string::npos) {
     ThrowIfError(Status::InvalidArgument(std::string(what) + " contains a NUL character"));
@@ -478,14 +493,14 @@ void BindCore(nb::module_& m) {
 
   m.def(
       "open_pmem_engine",
-      [](const std::string& path, uint64_t pool_size_bytes, bool create_if_missing,
+      [](nb::handle path_arg, uint64_t pool_size_bytes, bool create_if_missing,
          uint64_t bucket_count, uint64_t max_value_bytes, bool verify_checksums,
          bool paranoid_checks, uint32_t file_mode) {
         if (file_mode > 07777) {
           ThrowIfError(Status::InvalidArgument("file_mode must be permission bits (0 to 0o7777), got " +
                                                std::to_string(file_mode)));
         }
-        CheckPath("path", path);
+        const std::string path = FsPath("path", path_arg);
         PmemOptions o;
         o.pool_size_bytes = pool_size_bytes;
         o.create_if_missing = create_if_missing;
@@ -510,6 +525,7 @@ void BindCore(nb::module_& m) {
       nb::arg("paranoid_checks") = PmemOptions().paranoid_checks,
       nb::arg("file_mode") = PmemOptions().file_mode,
       "Open (or create) a persistent pool file (PmemOptions of nvmw/engine.h).\n"
+      "path: str, bytes or os.PathLike (a name that is not UTF-8 included).\n"
       "pool_size_bytes: size of a pool this call creates (rounded down to 4 KiB).\n"
       "verify_checksums: check each entry's checksum on every get/exists (CorruptionError\n"
       "  on a mismatch; recovery at open checks every entry regardless).\n"

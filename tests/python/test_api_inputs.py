@@ -194,6 +194,19 @@ def test_paths_with_a_nul_character_are_refused(shm_dir):
     assert os.listdir(shm_dir) == []
 
 
+def test_a_pool_path_that_is_not_utf8(shm_dir):
+    # A file name is bytes: one that is not UTF-8, given as bytes or as the str that
+    # os.fsdecode makes of it, failed with the binding's signature TypeError.
+    raw = os.path.join(os.fsencode(shm_dir), b"p\xff.pool")
+    with nvmw.Middleware(raw, pool_size=8 << 20) as mw:
+        mw.put(b"k", b"v")
+    with nvmw.Middleware(os.fsdecode(raw), pool_size=8 << 20) as mw:
+        assert mw.get(b"k") == b"v"
+    assert os.listdir(os.fsencode(shm_dir)) == [b"p\xff.pool"]
+    with pytest.raises(TypeError, match="^path must be str, bytes or os.PathLike, not int"):
+        _core.open_pmem_engine(7)
+
+
 # ---- device model ---------------------------------------------------------------------
 
 def test_device_curve_call_checks_its_points_and_argument():
