@@ -60,6 +60,31 @@ PyObject* MakeError(nb::module_& m, const char* name, PyObject* bases, const cha
 
 std::string_view View(const nb::bytes& b) { return {b.c_str(), b.size()}; }
 
+// A key or value given to an engine, as nvmw.Middleware takes them: bytes as they are,
+// a str encoded as UTF-8, a bytearray, memoryview (contiguous or not) or other buffer
+// copied. TypeError or InvalidArgumentError naming `what` otherwise (the binding's own
+// TypeError listed its signature).
+nb::bytes AsBytes(const char* what, nb::handle h) {
+  PyObject* o = h.ptr();
+  if (PyBytes_Check(o)) return nb::borrow<nb::bytes>(h);
+  PyObject* b = nullptr;
+  if (PyUnicode_Check(o)) {
+    b = PyUnicode_AsUTF8String(o);
+    if (b == nullptr) {
+      PyErr_Clear();
+      ThrowIfError(Status::InvalidArgument(std::string(what) +
+                                           " is a str that UTF-8 cannot encode; pass bytes"));
+    }
+  } else if (PyObject_CheckBuffer(o)) {
+    b = PyBytes_FromObject(o);
+    if (b == nullptr) throw nb::python_error();
+  } else {
+    throw nb::type_error((std::string(what) + " must be bytes, bytearray, memoryview or str, not " +
+                          Py_TYPE(o)->tp_name).c_str());
+  }
+  return nb::steal<nb::bytes>(b);
+}
+
 RequestClass ToClass(int cls) { return static_cast<RequestClass>(cls); }
 
 nb::dict ClassToDict(const ClassStats& s) {
@@ -433,8 +458,9 @@ void BindCore(nb::module_& m) {
       .def_prop_ro("name", [](PyEngine& e) { return std::string(e.engine->Name()); })
       .def(
           "get",
-          [](PyEngine& e, nb::bytes key) -> nb::object {
+          [](PyEngine& e, nb::handle key_arg) -> nb::object {
             RefuseAfterFork(e.fork_generation, "get", "engine");
+            nb::bytes key = AsBytes("key", key_arg);
             std::string value;
             Status s;
             {
@@ -445,11 +471,13 @@ void BindCore(nb::module_& m) {
             ThrowIfError(s);
             return nb::bytes(value.data(), value.size());
           },
-          nb::arg("key"))
+          nb::arg("key").none())
       .def(
           "put",
-          [](PyEngine& e, nb::bytes key, nb::bytes value) {
+          [](PyEngine& e, nb::handle key_arg, nb::handle value_arg) {
             RefuseAfterFork(e.fork_generation, "put", "engine");
+            nb::bytes key = AsBytes("key", key_arg);
+            nb::bytes value = AsBytes("value", value_arg);
             Status s;
             {
               nb::gil_scoped_release release;
@@ -457,11 +485,12 @@ void BindCore(nb::module_& m) {
             }
             ThrowIfError(s);
           },
-          nb::arg("key"), nb::arg("value"))
+          nb::arg("key").none(), nb::arg("value").none())
       .def(
           "remove",
-          [](PyEngine& e, nb::bytes key) {
+          [](PyEngine& e, nb::handle key_arg) {
             RefuseAfterFork(e.fork_generation, "remove", "engine");
+            nb::bytes key = AsBytes("key", key_arg);
             Status s;
             {
               nb::gil_scoped_release release;
@@ -471,11 +500,12 @@ void BindCore(nb::module_& m) {
             ThrowIfError(s);
             return true;
           },
-          nb::arg("key"))
+          nb::arg("key").none())
       .def(
           "exists",
-          [](PyEngine& e, nb::bytes key) {
+          [](PyEngine& e, nb::handle key_arg) {
             RefuseAfterFork(e.fork_generation, "exists", "engine");
+            nb::bytes key = AsBytes("key", key_arg);
             Status s;
             {
               nb::gil_scoped_release release;  // an emulated device may sleep here
@@ -485,7 +515,7 @@ void BindCore(nb::module_& m) {
             ThrowIfError(s);
             return true;
           },
-          nb::arg("key"))
+          nb::arg("key").none())
       .def("count", [](PyEngine& e) {
         RefuseAfterFork(e.fork_generation, "count", "engine");
         return e.engine->Count();

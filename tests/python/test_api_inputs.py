@@ -106,6 +106,22 @@ def test_buffers_are_stored_as_their_bytes():
         assert mw.submit("get", bytearray(b"key")).result(timeout=60) == b"value"
 
 
+def test_engine_takes_keys_and_values_as_the_middleware_does():
+    # The engine took bytes only: a str or a bytearray was a TypeError listing the
+    # binding's signature.
+    engine = open_engine("memory")
+    engine.put(bytearray(b"k1"), memoryview(b"a-b-c")[::2])
+    assert engine.get("k1") == b"abc"
+    assert engine.exists(memoryview(b"k1")) and engine.remove("k1")
+    with pytest.raises(TypeError, match="^key must be bytes, bytearray, memoryview or str, not int"):
+        engine.get(1)
+    with pytest.raises(TypeError, match="^value must be .* not NoneType"):
+        engine.put(b"k", None)
+    with pytest.raises(errors.InvalidArgumentError, match="^key is a str that UTF-8 cannot encode"):
+        engine.exists("\ud800")
+    assert engine.count() == 0
+
+
 def test_submit_refuses_an_op_that_is_not_a_name():
     with nvmw.Middleware(engine="memory") as mw:
         for op in (["get"], None, 0):
