@@ -337,6 +337,17 @@ class Middleware:
             core.stop()
         self._engine = None
 
+    def __copy__(self):
+        # A copy shared the running core, and collecting the copy closed the original.
+        raise TypeError("a Middleware cannot be copied: share the object itself")
+
+    def __deepcopy__(self, memo):
+        raise TypeError("a Middleware cannot be copied: share the object itself")
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("a Middleware cannot be pickled: its workers and pool belong to "
+                        "this process; open one in the other process")
+
     def __enter__(self) -> "Middleware":
         self.core.threads  # ShutdownError once closed (NotSupportedError in a forked child)
         return self

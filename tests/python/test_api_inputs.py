@@ -1,8 +1,11 @@
 """Bad input to the Python API: wrong types, fractions, NaN, numbers beyond the core's
 types and paths with NUL characters end in an exception that names the argument, never
 in a crash, a silently truncated number or a different file."""
+import copy
+import gc
 import math
 import os
+import pickle
 
 import pytest
 
@@ -127,6 +130,17 @@ def test_submit_refuses_an_op_that_is_not_a_name():
         for op in (["get"], None, 0):
             with pytest.raises(errors.InvalidArgumentError, match="^unknown op"):
                 mw.submit(op, b"k")
+
+
+def test_a_middleware_cannot_be_copied_or_pickled():
+    # A shallow copy shared the running core: collecting the copy closed the original.
+    with nvmw.Middleware(engine="memory") as mw:
+        for copy_it in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(TypeError, match="^a Middleware cannot be"):
+                copy_it(mw)
+            gc.collect()
+        mw.put(b"k", b"v")
+        assert mw.get(b"k") == b"v"
 
 
 def test_a_closed_middleware_cannot_be_entered_again():
