@@ -17,6 +17,9 @@ constexpr size_t kMaxNumberLine = 32;
 // doubling, as their bytes arrive, and never beyond the declared length).
 constexpr uint64_t kMaxReserve = 1 << 20;
 constexpr size_t kMaxReserveArgs = 1024;
+// Redis's caps for a client that has not authenticated (processMultibulkBuffer).
+constexpr int64_t kMaxUnauthenticatedArgs = 10;
+constexpr int64_t kMaxUnauthenticatedBulk = 16384;
 
 // Sizes *s to n bytes without zero-filling the bytes past its old size where the library
 // allows it (C++23 resize_and_overwrite; CMakeLists.txt compiles this file as C++23 when
@@ -122,6 +125,7 @@ Parser::Result Parser::Parse(const char* data, size_t n, size_t* consumed) {
           return Fail("invalid multibulk length");
         }
         line_.clear();
+        if (unauthenticated_ && count > kMaxUnauthenticatedArgs) return Fail("unauthenticated multibulk length");
         if (count <= 0) {  // "*0" and "*-1": no command, as in Redis
           state_ = State::kStart;
           break;
@@ -173,6 +177,7 @@ Parser::Result Parser::Parse(const char* data, size_t n, size_t* consumed) {
           state_ = State::kError;
           return Result::kError;
         }
+        if (unauthenticated_ && len > kMaxUnauthenticatedBulk) return Fail("unauthenticated bulk length");
         buffered_ -= std::min(buffered_, line_.size());
         line_.clear();
         args_.emplace_back();

@@ -43,6 +43,13 @@ class Parser {
   // are skipped, as Redis does.
   Result Parse(const char* data, size_t n, size_t* consumed);
 
+  // While on, the caps Redis puts on a client that has not authenticated (a password is
+  // set and not given yet): at most 10 arguments, each at most 16 KiB; more is a protocol
+  // error ("unauthenticated multibulk length", "unauthenticated bulk length"), so such a
+  // client cannot make the server hold a large request. Inline commands keep their own cap.
+  // Set between commands (the server sets it before each Parse).
+  void set_unauthenticated(bool on) { unauthenticated_ = on; }
+
   // The arguments of the last complete command. The caller may move strings out of it;
   // the next Parse clears it.
   std::vector<std::string>& args() { return args_; }
@@ -85,6 +92,7 @@ class Parser {
   uint64_t bulk_filled_ = 0;  // its bytes received so far
   uint64_t bulk_left_ = 0;    // bytes of the current argument still to come
   size_t buffered_ = 0;
+  bool unauthenticated_ = false;
   std::string error_;
 };
 

@@ -467,6 +467,7 @@ size_t Server::Impl::ParseFrom(IoThread* io, Conn* c, const char* data, size_t n
   size_t off = 0;
   while (MayParse(c)) {
     size_t used = 0;
+    c->parser.set_unauthenticated(!c->authed);  // AUTH may have changed it
     const resp::Parser::Result r = c->parser.Parse(data + off, n - off, &used);
     off += used;
     if (r == resp::Parser::Result::kNeedMore) break;

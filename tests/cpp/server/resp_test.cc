@@ -209,6 +209,29 @@ TEST(RespParserTest, ArgumentCountCap) {
   EXPECT_NE(error.find("too many arguments"), std::string::npos) << error;
 }
 
+// Before AUTH, Redis's caps: 10 arguments, 16 KiB each (the inline form keeps its own
+// cap); lifted once the flag is off.
+TEST(RespParserTest, UnauthenticatedCaps) {
+  auto parse = [](const std::string& input, bool unauthenticated, std::string* error) {
+    Parser p;
+    p.set_unauthenticated(unauthenticated);
+    size_t used = 0;
+    const Parser::Result r = p.Parse(input.data(), input.size(), &used);
+    *error = r == Parser::Result::kError ? p.error() : "";
+    return r;
+  };
+  std::string error;
+  EXPECT_EQ(parse(Multibulk(Args(10, "a")), true, &error), Parser::Result::kCommand);
+  EXPECT_EQ(parse(Multibulk({"AUTH", std::string(16384, 'p')}), true, &error), Parser::Result::kCommand);
+  EXPECT_EQ(parse("*11\r\n", true, &error), Parser::Result::kError);
+  EXPECT_EQ(error, "Protocol error: unauthenticated multibulk length");
+  EXPECT_EQ(parse("*2\r\n$4\r\nAUTH\r\n$16385\r\n", true, &error), Parser::Result::kError);
+  EXPECT_EQ(error, "Protocol error: unauthenticated bulk length");
+  EXPECT_EQ(parse("AUTH a b c d e f g h i j k\r\n", true, &error), Parser::Result::kCommand);
+  EXPECT_EQ(parse(Multibulk(Args(11, "a")), false, &error), Parser::Result::kCommand);
+  EXPECT_EQ(parse(Multibulk({"SET", "k", std::string(16385, 'v')}), false, &error), Parser::Result::kCommand);
+}
+
 TEST(RespParserTest, InlineLineCap) {
   ParserLimits limits;
   limits.max_inline_bytes = 16;

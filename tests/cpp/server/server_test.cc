@@ -671,6 +671,27 @@ TEST_F(ServerTest, PasswordRequiresAuth) {
   EXPECT_EQ(h.Cmd({"HELLO", "2", "AUTH", "default", "s3cret"}).substr(0, 4), "*14\r");
   EXPECT_EQ(h.Cmd({"GET", "k"}), "$1\r\nv\r\n");
   EXPECT_EQ(server_->Stats().auth_failures, 2u);
+  // Once authenticated, a connection sends what it likes (the caps below are lifted).
+  EXPECT_EQ(h.Cmd({"MSET", "a", "1", "b", "2", "c", "3", "d", "4", "e", std::string(20000, 'v')}), "+OK\r\n");
+}
+
+// As Redis: before AUTH, a command of more than 10 arguments or an argument over 16 KiB is
+// a protocol error that closes the connection, refused from its header, so a client without
+// the password cannot make the server hold a large request.
+TEST_F(ServerTest, UnauthenticatedClientsSendOnlySmallCommands) {
+  ServerOptions o;
+  o.password = "s3cret";
+  StartAll(o);
+  Client a(port());
+  EXPECT_EQ(a.Cmd({"EXISTS", "a", "b", "c", "d", "e", "f", "g", "h", "i"}), "-NOAUTH Authentication required.\r\n");
+  ASSERT_TRUE(a.Send("*11\r\n"));
+  EXPECT_EQ(a.Reply(), "-ERR Protocol error: unauthenticated multibulk length\r\n");
+  EXPECT_TRUE(a.ClosedByServer());
+  Client b(port());
+  ASSERT_TRUE(b.Send("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$536870912\r\n"));
+  EXPECT_EQ(b.Reply(), "-ERR Protocol error: unauthenticated bulk length\r\n");
+  EXPECT_TRUE(b.ClosedByServer());
+  EXPECT_EQ(server_->Stats().protocol_errors, 2u);
 }
 
 TEST_F(ServerTest, AuthWithoutPasswordConfiguredIsAnError) {
