@@ -123,6 +123,11 @@ def open_engine(engine: Union[str, "_core.Engine"] = "pmem", path: Optional[str]
     # pool opened before an unknown device name stayed open (and refused the next open)
     # for as long as the error was kept.
     profile = load_profile(device) if device and device != "none" else None
+    if path is not None and not (isinstance(engine, str) and engine == "pmem"):
+        # It was ignored: the store named by the path got none of the writes.
+        what = "an open engine" if isinstance(engine, _core.Engine) else f"engine={engine!r}"
+        raise InvalidArgumentError(
+            f"path is the pool file of engine='pmem'; {what} does not use it (got path {path!r})")
     if isinstance(engine, _core.Engine):
         core = engine
     elif engine == "pmem":
@@ -161,7 +166,8 @@ class Middleware:
 
     Parameters
     ----------
-    path: pool file for ``engine="pmem"`` (created if missing, recovered otherwise).
+    path: pool file for ``engine="pmem"`` (created if missing, recovered otherwise); None
+        for the other engines (InvalidArgumentError otherwise).
     engine: ``"pmem"``, ``"memory"`` or an already open ``nvmw._core.Engine``.
     interactive_threads, batch_threads: initial pool sizes, clamped to [1, max_threads];
         :attr:`threads` reports the sizes in use.

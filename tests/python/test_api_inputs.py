@@ -191,6 +191,19 @@ def test_a_refused_middleware_leaves_its_pool_closed(shm_dir, option, value):
     assert refused.value is not None
 
 
+def test_a_path_is_refused_where_the_engine_does_not_use_it(shm_dir):
+    # The memory engine, or an engine given open, ignored it: the pool file named as the
+    # store received none of the writes.
+    path = os.path.join(shm_dir, "t.pool")
+    with pytest.raises(errors.InvalidArgumentError, match="^path is the pool file of engine='pmem'"):
+        nvmw.Middleware(path, engine="memory")
+    with pytest.raises(errors.InvalidArgumentError, match="an open engine does not use it"):
+        nvmw.Middleware(path, engine=open_engine("memory"))
+    with pytest.raises(errors.InvalidArgumentError, match="engine='memory'"):
+        open_engine("memory", path)
+    assert os.listdir(shm_dir) == []
+
+
 def test_open_engine_file_mode_and_flags(shm_dir):
     path = os.path.join(shm_dir, "m.pool")
     # "644" would have been read as decimal 644 (0o1204, sticky bit) before.
