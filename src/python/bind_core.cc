@@ -310,7 +310,7 @@ void RefuseAfterFork(uint64_t generation, const char* what, const char* object) 
   if (generation == ForkGeneration()) return;
   ThrowIfError(Status::NotSupported(
       std::string(what) + ": the " + object + " was created before fork(), in the parent "
-      "process; its threads do not run in this child and its pool is the parent's: create "
+      "process; its threads do not run in this child and its store is the parent's: create "
       "one in this process instead"));
 }
 
