@@ -448,6 +448,11 @@ std::string Server::Impl::Info(const std::vector<std::string>& args) {
     line("used_memory_rss", std::to_string(rss));
     line("maxmemory", "0");
   }
+  if (want("persistence")) {
+    // Only what readiness checks look for: the store is open before the server listens.
+    section("Persistence");
+    line("loading", "0");
+  }
   if (want("stats")) {
     section("Stats");
     line("total_connections_received", std::to_string(connections_total.load()));
@@ -457,6 +462,13 @@ std::string Server::Impl::Info(const std::vector<std::string>& args) {
     line("nvmw_auth_failures", std::to_string(auth_failures.load()));
     line("nvmw_output_buffer_closes", std::to_string(output_buffer_closes.load()));
     line("nvmw_output_peak_bytes", std::to_string(output_peak_bytes.load()));
+  }
+  if (want("replication")) {
+    // A standalone store, as HELLO's role says; health checks (a proxy's "role:master"
+    // test) look for this line.
+    section("Replication");
+    line("role", "master");
+    line("connected_slaves", "0");
   }
   if (want("keyspace")) {
     section("Keyspace");

@@ -435,6 +435,11 @@ TEST_F(ServerTest, ConnectionAndIntrospectionCommands) {
   EXPECT_EQ(info.find("used_memory:0\r\n"), std::string::npos) << info;  // resident memory
   EXPECT_NE(info.find("used_memory:"), std::string::npos) << info;
   EXPECT_NE(info.find("# Keyspace\r\ndb0:keys=1,expires=0,avg_ttl=0\r\n"), std::string::npos) << info;
+  // What health and readiness checks look for, in Redis's section order.
+  EXPECT_NE(info.find("\r\n# Persistence\r\nloading:0\r\n\r\n# Stats\r\n"), std::string::npos) << info;
+  EXPECT_NE(info.find("\r\n# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n# Keyspace\r\n"),
+            std::string::npos) << info;
+  EXPECT_EQ(c.Cmd({"INFO", "Replication"}), "$48\r\n# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n");
   const std::string keyspace = c.Cmd({"INFO", "keyspace"});
   EXPECT_EQ(keyspace.find("redis_version"), std::string::npos);
   EXPECT_NE(keyspace.find("db0:keys=1"), std::string::npos);
