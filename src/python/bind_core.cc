@@ -548,7 +548,7 @@ void BindCore(nb::module_& m) {
         ThrowIfError(s);
         return h;
       },
-      nb::arg("path"), nb::arg("pool_size_bytes") = PmemOptions().pool_size_bytes,
+      nb::arg("path").none(), nb::arg("pool_size_bytes") = PmemOptions().pool_size_bytes,
       nb::arg("create_if_missing") = true, nb::arg("bucket_count") = PmemOptions().bucket_count,
       nb::arg("max_value_bytes") = PmemOptions().max_value_bytes,
       nb::arg("verify_checksums") = PmemOptions().verify_checksums,

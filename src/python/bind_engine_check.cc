@@ -12,11 +12,12 @@ namespace nvmw::py {
 void BindEngineCheck(nb::module_& m) {
   m.def(
       "check_pmem_pool",
-      [](const std::string& path, const std::string& salvage_to, uint64_t salvage_pool_size_bytes,
-         const std::string& scratch_dir) {
-        CheckPath("path", path);
-        CheckPath("salvage_to", salvage_to);
-        CheckPath("scratch_dir", scratch_dir);
+      [](nb::handle path_arg, nb::handle salvage_to_arg, uint64_t salvage_pool_size_bytes,
+         nb::handle scratch_dir_arg) {
+        // Paths as the file system's bytes: a name that is not UTF-8 is a file too.
+        const std::string path = FsPath("path", path_arg);
+        const std::string salvage_to = FsPath("salvage_to", salvage_to_arg);
+        const std::string scratch_dir = FsPath("scratch_dir", scratch_dir_arg);
         PmemCheckOptions o;
         o.salvage_path = salvage_to;
         o.salvage_options.pool_size_bytes = salvage_pool_size_bytes;
@@ -42,9 +43,9 @@ void BindEngineCheck(nb::module_& m) {
         d["problems"] = problems;
         return d;
       },
-      nb::arg("path"), nb::arg("salvage_to") = "",
+      nb::arg("path").none(), nb::arg("salvage_to").none() = "",
       nb::arg("salvage_pool_size_bytes") = PmemOptions().pool_size_bytes,
-      nb::arg("scratch_dir") = "",
+      nb::arg("scratch_dir").none() = "",
       "Check the pmem pool at `path` without modifying it (libpmemobj maps a sparse scratch\n"
       "copy in `scratch_dir`, default the pool's directory). Returns a dict: readable,\n"
       "format_version, entries_ok, entries_damaged, links_damaged, unreachable, salvaged,\n"

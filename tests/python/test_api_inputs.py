@@ -245,9 +245,14 @@ def test_a_pool_path_that_is_not_utf8(shm_dir):
         mw.put(b"k", b"v")
     with nvmw.Middleware(os.fsdecode(raw), pool_size=8 << 20) as mw:
         assert mw.get(b"k") == b"v"
+    # `nvmw check` of such a pool ended in that TypeError's traceback.
+    report = _core.check_pmem_pool(os.fsdecode(raw), scratch_dir=os.fsdecode(shm_dir))
+    assert report["clean"] and report["entries_ok"] == 1
     assert os.listdir(os.fsencode(shm_dir)) == [b"p\xff.pool"]
     with pytest.raises(TypeError, match="^path must be str, bytes or os.PathLike, not int"):
         _core.open_pmem_engine(7)
+    with pytest.raises(TypeError, match="^salvage_to must be str, bytes or os.PathLike"):
+        _core.check_pmem_pool(raw, salvage_to=None)
 
 
 # ---- device model ---------------------------------------------------------------------
