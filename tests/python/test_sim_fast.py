@@ -129,3 +129,13 @@ def test_sim_run_shortcut_needs_neither_numpy_nor_gymnasium():
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.split()[-4:] == ["0", "False", "False", "False"]
     assert len(proc.stdout.splitlines()) == 2
+
+
+@pytest.mark.parametrize("seed", [str(2**63), str(2**64), "9" * 30])
+def test_sim_run_shortcut_refuses_a_seed_the_full_parser_refuses(capsys, seed):
+    # Was: the shortcut ran a seed past 2^63-1 (2^64 as some other seed), without a word.
+    with pytest.raises(SystemExit) as e:
+        main(["sim", "run", "--phase", "1", "--windows", "1", "--seed", seed])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--seed" in err and "2^63-1" in err and "Traceback" not in err

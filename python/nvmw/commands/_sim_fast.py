@@ -16,6 +16,7 @@ from nvmw.lab.runs import shipped_agent_path
 from nvmw.rl.policy import check_layout, load_beside
 from nvmw.rl.simrun import run_greedy, run_static, static_config
 
+_INT64_MAX = (1 << 63) - 1
 _DEFAULTS = {"phase": "1", "controller": "fixed:15,15", "windows": "10", "window": "0.1",
              "device": "optane-1dimm", "params": None, "seed": "0"}
 
@@ -46,7 +47,10 @@ def parse(words: list) -> Optional[Callable[[], int]]:
         window = float(opts["window"])
     except ValueError:
         return None
-    if phase < 1 or windows < 1 or seed < 0 or not 0.001 <= window <= 3600:
+    # The full parser's bounds (its errors name them): a seed past 2^63-1 ran here, reduced
+    # to another seed without a word.
+    if not (1 <= phase <= _INT64_MAX and 1 <= windows <= _INT64_MAX and 0 <= seed <= _INT64_MAX
+            and 0.001 <= window <= 3600):
         return None
     static = static_config(opts["controller"])
     policy = None if static is not None else _greedy_policy(opts["controller"], opts["device"])
