@@ -11,11 +11,19 @@ writing the same file never leaves half a file that a later command misreads).""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
 import stat
 from typing import IO, Any, Iterator
+
+
+class _IsADirectory(IsADirectoryError):
+    """IsADirectoryError naming the path first, as the lab's other errors do."""
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.strerror}"
 
 
 def open_input(path: "str | os.PathLike", mode: str = "r", **kwargs: Any) -> IO:
@@ -25,7 +33,7 @@ def open_input(path: "str | os.PathLike", mode: str = "r", **kwargs: Any) -> IO:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         if stat.S_ISDIR(os.fstat(fd).st_mode):
-            raise IsADirectoryError(f"{os.fspath(path)}: is a directory, not a file")
+            raise _IsADirectory(errno.EISDIR, "is a directory, not a file", os.fspath(path))
         os.set_blocking(fd, True)
         return open(fd, mode, **kwargs)
     except BaseException:
