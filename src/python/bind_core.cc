@@ -649,6 +649,29 @@ void BindCore(nb::module_& m) {
                }
                return;
              }
+             // The drain can take long (a queue of puts on an emulated device, a callback
+             // that waits): Stop runs on a thread of its own, waited for in slices, so that
+             // Ctrl-C raises KeyboardInterrupt at once (it was held until the drain ended).
+             // The drain then goes on there; a later close() and the exit hook wait for it.
+             // The thread drops its reference before it reports, so that when this call
+             // returns normally the box (and the pool) goes with this frame's reference.
+             struct Done {
+               std::atomic<bool> done{false};
+               Status status;
+             };
+             auto done = std::make_shared<Done>();
+             if (RunDetached([mw, done]() mutable {
+                   Status s = mw->Stop();
+                   mw.reset();
+                   done->status = s;
+                   done->done.store(true, std::memory_order_release);
+                 })) {
+               WaitInterruptibly(
+                   [&] { return PollFor([&] { return done->done.load(std::memory_order_acquire); }); },
+                   nullptr);
+               ThrowIfError(done->status);
+               return;
+             }
              Status s;
              {
                CallWithoutGil release;  // completions of pending requests need the GIL
@@ -659,7 +682,8 @@ void BindCore(nb::module_& m) {
            "Stop accepting, finish every accepted request (their callbacks run), stop the\n"
            "pools and drop this object's reference. Idempotent; later calls raise ShutdownError.\n"
            "Called from one of this middleware's completion callbacks, it returns at once and\n"
-           "the drain finishes on another thread after the callback returns.\n"
+           "the drain finishes on another thread after the callback returns. Ctrl-C raises\n"
+           "KeyboardInterrupt at once; the drain goes on, and a later call waits for it.\n"
            "Generators and replays still holding the middleware keep its memory, not its service.\n"
            "In a child forked after it was opened, only the child's reference goes.")
       .def_prop_ro("running",

@@ -215,6 +215,32 @@ def test_wait_for_window_is_interruptible():
             mw.wait_for_window(0, timeout_s=0.2)
 
 
+def test_close_is_interruptible_and_its_drain_goes_on():
+    # close() finishes every accepted request; behind a callback that waits, Ctrl-C was
+    # held until the callback returned and the drain ended.
+    mw = Middleware(engine="memory", interactive_threads=1, batch_threads=1)
+    entered, release, returned = threading.Event(), threading.Event(), []
+
+    def waits(error, value):
+        entered.set()
+        release.wait(HANG_S)
+        returned.append(True)
+
+    mw.core.submit(0, b"k", b"", 1, waits)  # holds the only batch worker
+    assert entered.wait(HANG_S)
+    pending = mw.submit("put", b"k", b"v", cls="batch")
+    timer = _interrupt_main_after(0.3)
+    with pytest.raises(KeyboardInterrupt):
+        mw.close()
+    timer.join()
+    assert returned == []  # raised while the drain still waited for the callback
+    assert not mw.core.running
+    release.set()
+    mw.close()  # waits for the drain the first close() began
+    assert returned == [True]
+    assert pending.done() and pending.result() is None
+
+
 def test_reading_a_trace_is_interruptible(tmp_path):
     # An endless trace (a FIFO fed until the read stops or HANG_S passes): only a
     # cancelled read ends before the writer gives up.
