@@ -335,9 +335,11 @@ class Middleware:
         ShutdownError. Also called on garbage collection; at interpreter exit every
         middleware still open is closed before Python finalizes. Called from a completion
         callback of this middleware, it returns at once and the requests still accepted
-        finish on another thread. In a child process forked after it was opened, every
-        call raises NotSupportedError (its threads run in the parent, and its pool is the
-        parent's) and close() only lets go of the child's copy."""
+        finish on another thread. Ctrl-C during the drain raises KeyboardInterrupt at once;
+        the drain goes on, and a later close() waits for it. In a child process forked
+        after it was opened, every call raises NotSupportedError (its threads run in the
+        parent, and its store is the parent's) and close() only lets go of the child's
+        copy."""
         core = getattr(self, "core", None)
         if core is not None:
             core.stop()
