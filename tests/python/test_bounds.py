@@ -276,3 +276,15 @@ def test_out_of_memory_in_a_helper_thread_is_one_line(tmp_path):
                            env=dict(os.environ), preexec_fn=cap)
         assert r.returncode == 1, (r.returncode, r.stderr[-500:])
         assert r.stderr.strip() == "nvmw trace: error: out of memory"
+
+
+@pytest.mark.parametrize("option", ["--duration-ms", "--warmup-ms"])
+def test_device_bench_times_past_32_bits_are_usage_errors(capsys, option):
+    # Was: the binding's TypeError, a traceback listing its signature (it counts them in 32 bits).
+    from nvmw.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["device", "bench", "optane-1dimm", option, str(1 << 32)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}" in err and "4294967295" in err and "Traceback" not in err
