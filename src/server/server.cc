@@ -22,6 +22,7 @@
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -44,6 +45,7 @@ constexpr int kAcceptsPerEvent = 64;
 constexpr int kMaxIov = 64;
 constexpr size_t kPieceBytes = 16 * 1024;  // small replies share a piece up to this size
 constexpr int kLoopTickMs = 100;            // stall checks and Stop progress
+constexpr int64_t kLingerNs = 2000000000;   // Linger: how long a closing client may keep sending
 
 thread_local char t_read_buf[kReadChunk];
 
@@ -484,6 +486,10 @@ size_t Server::Impl::ParseFrom(IoThread* io, Conn* c, const char* data, size_t n
 }
 
 void Server::Impl::OnReadable(IoThread* io, Conn* c) {
+  if (c->lingering) {
+    Linger(io, c);
+    return;
+  }
   for (int k = 0; k < kReadsPerEvent && MayRead(c); ++k) {
     if (ShouldMoveToBatch(io, c)) {
       RequestMove(io, c, true);  // the rest of the value is received by a batch loop
@@ -599,7 +605,7 @@ void Server::Impl::Flush(IoThread* io, Conn* c) {
       }
     }
     if (c->out.empty() && c->close_after_write) {
-      Close(io, c);
+      Linger(io, c);
       return;
     }
     // An MGET paused at the cap (nothing in flight) and the output went below it: its
@@ -626,7 +632,7 @@ void Server::Impl::Flush(IoThread* io, Conn* c) {
 void Server::Impl::UpdateInterest(IoThread* io, Conn* c) {
   if (c->closed) return;
   uint32_t want = 0;
-  if (MayRead(c)) want |= EPOLLIN;
+  if (MayRead(c) || c->lingering) want |= EPOLLIN;
   if (!c->out.empty()) want |= EPOLLOUT;
   if (want == c->events) return;
   epoll_event ev{};
@@ -651,6 +657,39 @@ void Server::Impl::Close(IoThread* io, Conn* c) {
   } else {
     io->graveyard->push_back(std::move(node.mapped()));
   }
+}
+
+// The replies of a connection that ends (QUIT, a protocol error) are all with the kernel,
+// but the client may have sent more behind the command (a pipeline), which is never run.
+// Closing a socket with unread input resets the connection, and the kernel drops the
+// replies it has not sent yet: the client would miss some. With nothing unread the socket
+// is closed at once (the replies go out, then FIN). Otherwise, as a web server's lingering
+// close does: shut the write side (the replies go out, then FIN), read and drop whatever
+// comes until the client closes too, and close then, or after kLingerNs (CheckStalls), or
+// at Stop.
+void Server::Impl::Linger(IoThread* io, Conn* c) {
+  if (!c->lingering) {
+    int unread = 0;
+    const bool more = c->in_pos < c->in.size() || (::ioctl(c->fd, FIONREAD, &unread) == 0 && unread > 0);
+    if (!more || ::shutdown(c->fd, SHUT_WR) != 0) {
+      Close(io, c);
+      return;
+    }
+    c->lingering = true;
+    c->linger_until_ns = NowNs() + kLingerNs;
+    c->in.clear();
+    c->in.shrink_to_fit();
+    c->in_pos = 0;
+  }
+  for (int k = 0; k < kReadsPerEvent; ++k) {
+    const ssize_t r = ::read(c->fd, t_read_buf, kReadChunk);
+    if (r > 0) continue;
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    Close(io, c);  // the client has closed too (or the connection failed)
+    return;
+  }
+  UpdateInterest(io, c);
 }
 
 void Server::Impl::DrainMailbox(IoThread* io) {
@@ -771,7 +810,9 @@ void Server::Impl::Post(Conn* c) {
 void Server::Impl::CheckStalls(IoThread* io, int64_t now_ns) {
   const int64_t limit_ns = TimeoutNs(options.output_stall_timeout_s);
   std::vector<Conn*> stalled;
+  std::vector<Conn*> lingered;
   for (auto& [fd, c] : io->conns) {
+    if (c->lingering && now_ns >= c->linger_until_ns) lingered.push_back(c.get());
     if (c->out_bytes < options.max_output_bytes) {
       c->stalled_since_ns = 0;
     } else if (c->stalled_since_ns == 0) {
@@ -784,6 +825,7 @@ void Server::Impl::CheckStalls(IoThread* io, int64_t now_ns) {
     output_buffer_closes.fetch_add(1, std::memory_order_relaxed);
     Close(io, c);
   }
+  for (Conn* c : lingered) Close(io, c);
 }
 
 // ---- public entry points ----

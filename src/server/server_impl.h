@@ -93,6 +93,11 @@ struct Conn {
   uint32_t events = 0;   // epoll interest registered now
   bool authed = true;
   bool close_after_write = false;  // QUIT or protocol error: close once flushed
+  // Flushed after QUIT or a protocol error: the write side is shut down (FIN after the
+  // replies) and what the client still sends is read and dropped until it closes too or
+  // linger_until_ns passes (see Server::Impl::Linger).
+  bool lingering = false;
+  int64_t linger_until_ns = 0;
   bool closed = false;   // fd closed; freed once no request is in flight
   bool peer_gone = false;
   RequestClass cls = RequestClass::kAuto;
@@ -191,6 +196,7 @@ struct Server::Impl {
   // Registers the epoll interest the connection's state calls for.
   void UpdateInterest(IoThread* io, Conn* c);
   void Close(IoThread* io, Conn* c);
+  void Linger(IoThread* io, Conn* c);
   void DrainMailbox(IoThread* io);
   void CheckStalls(IoThread* io, int64_t now_ns);
   // Batch loops: asks for the connection to be moved to a loop of the other kind

@@ -630,6 +630,25 @@ TEST_F(ServerTest, WaitingRequestDoesNotBlockTheLoop) {
   EXPECT_EQ(c.Reply(), "+PONG\r\n");
 }
 
+// QUIT in a pipeline with more behind it: every reply before it, and its +OK, reach the
+// client, then the connection ends. The bytes after QUIT are never run; left unread in the
+// socket they would make the close a reset, and the kernel would drop the replies it had
+// not sent yet (Redis reads and drops them; so does nvmw, until the client closes too).
+TEST_F(ServerTest, QuitMidPipelineDeliversEveryReplyBeforeIt) {
+  StartAll();
+  Client c(port());
+  const std::string value(100 * 1024, 'e');
+  std::string pipeline;
+  for (int i = 0; i < 20; ++i) pipeline += Multibulk({"ECHO", value});
+  pipeline += Multibulk({"QUIT"}) + Multibulk({"SET", "after-quit", std::string(64 * 1024, 'x')});
+  ASSERT_TRUE(c.Send(pipeline));
+  const std::string echoed = "$" + std::to_string(value.size()) + "\r\n" + value + "\r\n";
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(c.Reply(), echoed) << i;
+  EXPECT_EQ(c.Reply(), "+OK\r\n");
+  EXPECT_TRUE(c.ClosedByServer());
+  EXPECT_EQ(engine_.Count(), 0u);
+}
+
 TEST_F(ServerTest, ProtocolErrorIsAnsweredThenClosed) {
   ServerOptions o;
   o.max_bulk_bytes = 1000;
