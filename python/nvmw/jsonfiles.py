@@ -47,12 +47,12 @@ def replacing(path: "str | os.PathLike") -> Iterator[str]:
     it: renamed onto `path` when the block ends, removed when it raises (Ctrl-C, a full
     disk, a failed writer). A symbolic link at `path` is written through; what is there and
     not a regular file (a device such as /dev/stdout, a FIFO) is `path` itself, written in
-    place: a rename would replace the node."""
+    place: a rename would replace the node. A file replaced keeps its permission bits."""
     try:
-        mode = os.stat(path).st_mode
+        mode: "int | None" = os.stat(path).st_mode
     except FileNotFoundError:  # nothing there yet (or a link to nothing: its target is made)
-        mode = stat.S_IFREG
-    if not stat.S_ISREG(mode):
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
         yield os.fspath(path)
         return
     target = os.path.realpath(os.fspath(path))
@@ -60,6 +60,8 @@ def replacing(path: "str | os.PathLike") -> Iterator[str]:
     tmp = os.path.join(directory, f".{base}.{os.getpid()}-{secrets.token_hex(4)}.tmp{os.path.splitext(base)[1]}")
     try:
         yield tmp
+        if mode is not None:
+            os.chmod(tmp, stat.S_IMODE(mode))
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):

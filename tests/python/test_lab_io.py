@@ -225,3 +225,12 @@ def test_calibrate_may_write_the_sweep_it_read_back_to_it(tmp_path):
     assert main(["calibrate", "--env", "synthetic", "--from-sweep", sweep, "--sweep-out", sweep,
                  "--confirm-windows", "0", "--out", str(tmp_path / "s.toml")]) == 0
     assert json.loads(pathlib.Path(sweep).read_text())["rows"]
+
+
+def test_a_file_replaced_keeps_its_permission_bits(tmp_path):
+    out = tmp_path / "params.json"
+    out.write_text("previous")
+    out.chmod(0o600)
+    save_params({"params": {"jitter": 0.5}}, str(out))
+    assert json.loads(out.read_text())["params"] == {"jitter": 0.5}
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
