@@ -466,9 +466,13 @@ Status WriteTrace(const std::string& path, const Trace& trace, TraceFormat forma
   };
   // What is there and not a regular file (a device such as /dev/stdout, a FIFO, a
   // directory) is written in place or refused: a rename would replace the node itself.
+  // A symbolic link to a file is written through (the rename replaced the link).
+  std::string target = path;
   struct stat st;
   if (::stat(path.c_str(), &st) == 0) {
     if (!S_ISREG(st.st_mode)) return write(path);
+    std::unique_ptr<char, void (*)(void*)> real(::realpath(path.c_str(), nullptr), &std::free);
+    if (real != nullptr) target = real.get();
   } else if (errno != ENOENT) {
     return Status::IOError(path + ": cannot create: " + std::strerror(errno));
   }
@@ -476,14 +480,14 @@ Status WriteTrace(const std::string& path, const Trace& trace, TraceFormat forma
   // temporary's name is this writer's own: two writers of one path each rename a whole
   // trace (with one name for all, they wrote into one file and renamed a mix of both).
   static std::atomic<uint64_t> writes{0};
-  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
+  std::string tmp = target + ".tmp." + std::to_string(::getpid()) + "." +
                     std::to_string(writes.fetch_add(1, std::memory_order_relaxed));
   s = write(tmp);
   if (!s.ok()) {
     std::remove(tmp.c_str());
     return s;
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (std::rename(tmp.c_str(), target.c_str()) != 0) {
     std::remove(tmp.c_str());
     return Status::IOError(path + ": rename failed: " + std::strerror(errno));
   }

@@ -234,3 +234,19 @@ def test_a_file_replaced_keeps_its_permission_bits(tmp_path):
     save_params({"params": {"jitter": 0.5}}, str(out))
     assert json.loads(out.read_text())["params"] == {"jitter": 0.5}
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("kind", ["trace", "params"])
+def test_an_output_that_is_a_link_to_a_file_is_written_through(tmp_path, kind):
+    # Was (trace synth): the link was replaced by a new file; the file it named kept the old trace.
+    real = tmp_path / "real"
+    real.write_text("previous")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    if kind == "trace":
+        assert main(["trace", "synth", "svd", "--rows", "20", "-o", str(link)]) == 0
+    else:
+        save_params({"params": {"jitter": 0.5}}, str(link))
+    assert link.is_symlink()
+    assert real.read_text() != "previous"
+    assert sorted(os.listdir(tmp_path)) == ["link", "real"]
