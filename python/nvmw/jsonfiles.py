@@ -63,9 +63,12 @@ def replacing(path: "str | os.PathLike") -> Iterator[str]:
         if mode is not None:
             os.chmod(tmp, stat.S_IMODE(mode))
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.remove(tmp)
+        if isinstance(e, OSError) and e.errno is not None and e.filename in (None, tmp):
+            # Named by the path asked for, not the temporary (a full disk's EFBIG named neither).
+            raise OSError(e.errno, e.strerror, os.fspath(path)) from None
         raise
 
 

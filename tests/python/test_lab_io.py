@@ -114,7 +114,7 @@ def test_a_full_disk_leaves_no_half_written_output(tmp_path):
     spec.write_text("previous")
     proc = _cli(["calibrate", "--env", "synthetic", "--from-sweep", sweep, "--confirm-windows", "0",
                  "--out", str(spec)], file_size_limit=100)
-    _one_line(proc, "File too large")
+    _one_line(proc, "File too large", str(spec))
     assert spec.read_text() == "previous"
     assert sorted(os.listdir(tmp_path)) == ["spec.toml", "sweep.json"]  # no temporary left
 
