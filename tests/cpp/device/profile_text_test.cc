@@ -1,6 +1,7 @@
 // Tests of the CSV and TOML-subset readers behind device profiles, and of the
 // profile loader's error reporting.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -161,6 +162,20 @@ TEST_F(ProfileFileTest, ErrorsAreClear) {
 
   s = LoadEdited("[latency]", "[latency]\n");  // harmless edit still loads
   EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+TEST(ReadTextFileTest, AFifoNoOneWritesReadsAsEmptyAndADirectoryIsNamed) {
+  // The open waited for a writer of the FIFO, forever; a directory was "read failed".
+  std::string fifo = ::testing::TempDir() + "nvmw_profile_fifo";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string text = "stale";
+  EXPECT_TRUE(device::ReadTextFile(fifo, &text).ok());
+  EXPECT_EQ(text, "");
+  std::remove(fifo.c_str());
+  Status s = device::ReadTextFile(::testing::TempDir(), &text);
+  EXPECT_TRUE(s.IsIOError());
+  EXPECT_NE(s.message().find("Is a directory"), std::string::npos) << s.ToString();
 }
 
 TEST(LoadDeviceProfileTest, UnknownNameListsKnownProfiles) {

@@ -1,11 +1,15 @@
 // Trace readers (Azure 2020 schema and native CSV, every documented quirk,
 // malformed rows), writers (round trip), synthesis statistics, filters, transforms.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <tuple>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <map>
 #include <limits>
@@ -201,6 +205,69 @@ TEST(TraceFile, MissingFileIsIOErrorAndPathIsTheSourceName) {
   ASSERT_TRUE(s.IsInvalidArgument());
   EXPECT_EQ(s.message().rfind(path + ":3: ", 0), 0u) << s.message();
   std::remove(path.c_str());
+}
+
+TEST(TraceFile, AFifoNoOneWritesReadsAsEmptyAndADirectoryIsNamed) {
+  // The open waited for a writer of the FIFO, forever; a directory was a "read error".
+  std::string fifo = ::testing::TempDir() + "nvmw_trace_fifo";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Trace t;
+  Status s = ReadTrace(fifo, Native(), &t);
+  EXPECT_NE(s.message().find("empty file"), std::string::npos) << s.ToString();
+  std::remove(fifo.c_str());
+  s = ReadTrace(::testing::TempDir(), Native(), &t);
+  EXPECT_TRUE(s.IsIOError());
+  EXPECT_NE(s.message().find("Is a directory"), std::string::npos) << s.ToString();
+}
+
+std::string ReadWhole(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+TEST(TraceWriter, LeavesOtherWritersTemporariesAndWritesThroughLinksAndFifos) {
+  Trace t;
+  t.records.push_back({0, TraceOp::kRead, "a", 10});
+  std::string dir = ::testing::TempDir();
+  // PATH.tmp was every writer's temporary: a second writer truncated the first one's.
+  std::string path = dir + "nvmw_written.csv";
+  {
+    std::ofstream other(path + ".tmp");
+    other << "another writer's trace";
+  }
+  ASSERT_TRUE(WriteTrace(path, t, TraceFormat::kNative, 0, false).ok());
+  EXPECT_EQ(ReadWhole(path + ".tmp"), "another writer's trace");
+  EXPECT_EQ(ReadWhole(path).rfind("time_ms,op,key,bytes\n", 0), 0u);
+  // A link to a file is written through; the rename replaced the link.
+  std::string link = dir + "nvmw_written_link.csv";
+  std::remove(link.c_str());
+  ASSERT_EQ(::symlink(path.c_str(), link.c_str()), 0);
+  std::remove(path.c_str());
+  {
+    std::ofstream previous(path);
+    previous << "previous";
+  }
+  ASSERT_TRUE(WriteTrace(link, t, TraceFormat::kNative, 0, false).ok());
+  struct stat st;
+  ASSERT_EQ(::lstat(link.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  EXPECT_NE(ReadWhole(path), "previous");
+  // A FIFO is written into; the rename replaced it with a file.
+  std::string fifo = dir + "nvmw_written_fifo";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  ASSERT_TRUE(WriteTrace(fifo, t, TraceFormat::kNative, 0, false).ok());
+  ASSERT_EQ(::stat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  char buf[256];
+  ssize_t n = ::read(reader, buf, sizeof(buf));
+  ::close(reader);
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(std::string(buf, static_cast<size_t>(n)).rfind("time_ms,op,key,bytes\n", 0), 0u);
+  for (const std::string& p : {path, path + ".tmp", link, fifo}) std::remove(p.c_str());
 }
 
 void ExpectSameRecords(const Trace& a, const Trace& b) {
