@@ -18,6 +18,18 @@ REFERENCE_BYTES = 2 << 20
 ProfileLike = Union[str, "os.PathLike[str]", "_core.DeviceProfile"]
 
 
+def core_file_name(path: "str | os.PathLike[str]") -> str:
+    """`path` as the core's file readers and writers take it (UTF-8 text).
+    InvalidArgumentError naming it for a name that is not UTF-8 (Linux allows any bytes;
+    Python carries them as surrogates, which the binding refused with a TypeError)."""
+    name = os.fspath(path)
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(f"{os.fsencode(name)!r}: the file name is not UTF-8 (rename the file)") from None
+    return name
+
+
 def devices_dir() -> Path:
     """Directory holding the shipped profiles (``nvmw/data/devices``)."""
     return Path(__file__).resolve().parent / "data" / "devices"
@@ -42,7 +54,7 @@ def load_profile(name_or_path: ProfileLike) -> "_core.DeviceProfile":
     if not isinstance(name_or_path, str):
         raise InvalidArgumentError(
             f"device profile must be a name, a path or a DeviceProfile, not {type(name_or_path).__name__}")
-    return _core.load_device_profile(str(devices_dir()), name_or_path)
+    return _core.load_device_profile(str(devices_dir()), core_file_name(name_or_path))
 
 
 def model(profile: ProfileLike) -> "_core.DeviceModel":

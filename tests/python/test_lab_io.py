@@ -250,3 +250,15 @@ def test_an_output_that_is_a_link_to_a_file_is_written_through(tmp_path, kind):
     assert link.is_symlink()
     assert real.read_text() != "previous"
     assert sorted(os.listdir(tmp_path)) == ["link", "real"]
+
+
+@pytest.mark.parametrize("argv", [["trace", "stats", "{f}"], ["replay", "{f}"], ["device", "show", "{f}"],
+                                  ["trace", "synth", "svd", "--rows", "5", "-o", "{f}.out"], ["check", "{f}"]])
+def test_a_file_name_that_is_not_utf8_is_named_not_a_traceback(tmp_path, capsys, argv):
+    # Linux file names are bytes; Python carries the undecodable ones as surrogates,
+    # which the core's readers and writers refused with the binding's TypeError.
+    name = os.path.join(os.fsdecode(bytes(tmp_path)), os.fsdecode(b"\xff.csv"))
+    with open(name, "w") as fh:
+        fh.write("time_ms,op,key,bytes\n0.000,read,a,10\n")
+    assert main([a.format(f=name) for a in argv]) in (1, 2)
+    _one_error_line(capsys, "the file name is not UTF-8", "\\xff.csv")

@@ -8,6 +8,7 @@ import sys
 from nvmw.commands import SUMMARIES
 from nvmw.commands._args import fraction, int_in, nonneg_int, positive_float, positive_int
 from nvmw.commands._util import print_json
+from nvmw.devices import core_file_name
 from nvmw.errors import NvmwError
 from nvmw.workloads.traces import read_trace, synth, trace_stats
 
@@ -67,8 +68,9 @@ def run_synth(args: argparse.Namespace) -> int:
                 opts[key] = val
     fmt = args.format or ("azure" if args.kind == "azure" else "native")
     try:
+        output = core_file_name(args.output)  # refused before the synthesis
         trace = synth(args.kind, rows=args.rows, seed=args.seed, **opts)
-        trace.write(args.output, fmt, seed=args.seed, shuffle=(fmt == "azure" and not args.sorted))
+        trace.write(output, fmt, seed=args.seed, shuffle=(fmt == "azure" and not args.sorted))
     except (NvmwError, ValueError) as e:
         print(f"nvmw trace synth: {e}", file=sys.stderr)
         return 2

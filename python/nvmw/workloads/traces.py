@@ -8,6 +8,7 @@ import os
 from typing import Any, Optional
 
 from nvmw import _core
+from nvmw.devices import core_file_name
 
 FORMATS = ("azure", "native")
 SYNTH_KINDS = ("azure", "svd")
@@ -37,7 +38,7 @@ def read_trace(path: str | os.PathLike, format: str = "azure", *, skip_malformed
         raise ValueError(f"format must be one of {FORMATS}, not {format!r}")
     if max_rows < 0 or max_bytes < 0:
         raise ValueError(f"max_rows and max_bytes must be >= 0, got {max_rows} and {max_bytes}")
-    return _core.read_trace(os.fspath(path), format, skip_malformed, start_unix_ms, end_unix_ms,
+    return _core.read_trace(core_file_name(path), format, skip_malformed, start_unix_ms, end_unix_ms,
                             int(max_rows), int(max_bytes))
 
 
