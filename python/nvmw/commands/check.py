@@ -10,7 +10,6 @@ import sys
 from nvmw.commands import SUMMARIES
 from nvmw import _core
 from nvmw.commands._util import print_json
-from nvmw.devices import core_file_name
 
 # The salvage pool's size: libpmemobj's smallest pool (PMEMOBJ_MIN_POOL, 8 MiB) up to the
 # largest file size (an off_t). The core rounds it down to whole 4 KiB pages.
@@ -90,9 +89,9 @@ def run(args: argparse.Namespace) -> int:
         except OSError:
             size = MIN_POOL_BYTES  # the core names the missing or unreadable pool, before salvage
     report = dict(_core.check_pmem_pool(
-        core_file_name(args.pool), salvage_to=core_file_name(args.salvage or ""),
+        os.fspath(args.pool), salvage_to=args.salvage or "",
         salvage_pool_size_bytes=MIN_POOL_BYTES if size is None else size,
-        scratch_dir=core_file_name(args.scratch_dir or "")))
+        scratch_dir=args.scratch_dir or ""))
     report["problems"] = list(report["problems"])
     report["pool"] = args.pool
     if args.json:
