@@ -4,8 +4,7 @@ is an error naming the file: `json.load` would keep the last value without a wor
 hand-edited file would then run on a value nobody meant. Standard library only.
 
 Also the two ways every lab file is opened: `open_input` for the files a command reads
-(a directory is refused naming it; a FIFO nobody writes reads as empty instead of
-blocking the open forever), and `replacing` / `open_output` for the files it writes
+(a directory is refused naming it), and `replacing` / `open_output` for the files it writes
 (written beside the target and renamed onto it, so Ctrl-C, a full disk or a second run
 writing the same file never leaves half a file that a later command misreads)."""
 from __future__ import annotations
@@ -27,14 +26,13 @@ class _IsADirectory(IsADirectoryError):
 
 
 def open_input(path: "str | os.PathLike", mode: str = "r", **kwargs: Any) -> IO:
-    """`open(path, mode)` for reading a lab input file. The open does not wait for a
-    writer (a FIFO that no one writes then reads as empty: it blocked the open, Ctrl-C
-    included), and a directory is IsADirectoryError naming the path."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    """`open(path, mode)` for reading a lab input file; a directory is IsADirectoryError
+    naming the path. A FIFO is read as `open` reads it: the open waits for its writer
+    (`--sla <(make-spec)`, or a writer that starts later), and Ctrl-C ends the wait."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         if stat.S_ISDIR(os.fstat(fd).st_mode):
             raise _IsADirectory(errno.EISDIR, "is a directory, not a file", os.fspath(path))
-        os.set_blocking(fd, True)
         return open(fd, mode, **kwargs)
     except BaseException:
         os.close(fd)
