@@ -39,7 +39,12 @@ void BindEngineCheck(nb::module_& m) {
         d["salvaged"] = r.salvaged;
         d["clean"] = r.clean();
         nb::list problems;
-        for (const std::string& p : r.problems) problems.append(nb::str(p.data(), p.size()));
+        for (const std::string& p : r.problems) {
+          // A problem may quote the pool's name, which need not be UTF-8: shown escaped.
+          PyObject* text = PyUnicode_DecodeUTF8(p.data(), static_cast<Py_ssize_t>(p.size()), "backslashreplace");
+          if (text == nullptr) throw nb::python_error();
+          problems.append(nb::steal(text));
+        }
         d["problems"] = problems;
         return d;
       },

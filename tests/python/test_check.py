@@ -218,3 +218,16 @@ def test_missing_pool_with_salvage_is_the_core_s_one_line(shm_dir, capsys):
     assert main(["check", missing, "--salvage", out_pool]) == 1
     assert capsys.readouterr().err == f"nvmw check: error: {missing}: pool file does not exist\n"
     assert not os.path.exists(out_pool)
+
+
+def test_a_file_that_is_not_a_pool_under_a_name_that_is_not_utf8(shm_dir, capsys):
+    # Was: the report quoted the name, and turning it into text ended in a RuntimeError
+    # traceback ("nanobind::str(): conversion error").
+    raw = os.path.join(os.fsencode(shm_dir), b"q\xff.pool")
+    with open(raw, "wb") as f:
+        f.write(b"not a pool\n" * (1 << 20))
+    assert main(["check", os.fsdecode(raw)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    report = nvmw._core.check_pmem_pool(raw)
+    assert not report["readable"] and any("q\\xff.pool" in p for p in report["problems"]), report
