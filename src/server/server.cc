@@ -644,10 +644,12 @@ void Server::Impl::UpdateInterest(IoThread* io, Conn* c) {
 
 void Server::Impl::Close(IoThread* io, Conn* c) {
   if (c->closed) return;
+  // Uncounted before the descriptor is closed: a client that saw the connection end
+  // (QUIT, then EOF) and connects again must find its place free under max_clients.
+  connections_current.fetch_sub(1);
   ::epoll_ctl(io->epfd, EPOLL_CTL_DEL, c->fd, nullptr);
   ::close(c->fd);
   c->closed = true;
-  connections_current.fetch_sub(1);
   auto node = io->conns.extract(c->fd);
   if (node.empty()) return;
   // Freed after this loop iteration (later events of the batch may name it), or, with

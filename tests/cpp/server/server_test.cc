@@ -804,6 +804,24 @@ TEST_F(ServerTest, ClientCap) {
   EXPECT_EQ(d.Cmd({"PING"}), "+PONG\r\n");
 }
 
+// A client that quit and saw its connection end finds its place free again at once,
+// even when another loop accepts its next connection: the cap is reached and released
+// in a tight loop and nobody is told the server is full.
+TEST_F(ServerTest, ClientCapReleasedBeforeTheClientSeesTheEnd) {
+  ServerOptions o;
+  o.max_clients = 1;
+  o.io_threads = 2;
+  StartAll(o);
+  for (int i = 0; i < 500; ++i) {
+    Client c(port());
+    ASSERT_TRUE(c.Send(Multibulk({"PING"}) + Multibulk({"QUIT"})));
+    ASSERT_EQ(c.Reply(), "+PONG\r\n") << "connection " << i;
+    ASSERT_EQ(c.Reply(), "+OK\r\n");
+    ASSERT_TRUE(c.ClosedByServer());
+  }
+  EXPECT_EQ(server_->Stats().rejected_connections, 0u);
+}
+
 // The client cap is lowered to what the open-file limit leaves room for, as Redis lowers
 // maxclients: a client past it is told the server is full instead of waiting unanswered
 // in the listening backlog (accept fails once the descriptors run out). The limit is low
