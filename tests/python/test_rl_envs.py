@@ -1,5 +1,7 @@
 """Gymnasium environments: API conformance (check_env), seeding, actions, info convention,
 phase switching; RealEnv on the real middleware + phase workload with 0.05 s windows."""
+import warnings
+
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
@@ -81,6 +83,72 @@ def test_seq_phase_env_switches_in_seeded_random_order():
     assert env.schedule_ == sched
     env.reset(seed=2)
     assert env.schedule_ != sched
+
+
+def test_step_before_reset_and_after_close_is_an_error():
+    # The synthetic model used to answer a step of an env never reset with a made-up window.
+    env = SyntheticEnv()
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(0)
+    env.reset(seed=0)
+    env.step(0)
+    env.close()
+    env.close()
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(0)
+    env.reset(seed=0)
+    env.step(0)
+
+
+def test_step_takes_integer_actions_only():
+    env = SyntheticEnv()
+    env.reset(seed=0, options={"threads": (10, 10)})
+    env.step(np.int64(1))
+    env.step(np.array(1))
+    assert env.threads == (12, 10)
+    # True is an int to Python (== 1), not an action index.
+    for bad in (True, np.True_, 1.0, np.array([1]), -1, _core.N_ACTIONS, "1", None):
+        with pytest.raises(ValueError, match="action"):
+            env.step(bad)
+    assert env.threads == (12, 10)
+
+
+def test_reset_options_name_the_bad_value():
+    env = SyntheticEnv()
+    # 2.5 and True used to become phases 2 and 1, "2" phase 2.
+    for phase in (2.5, True, "2"):
+        with pytest.raises(ValueError, match="phase"):
+            env.reset(options={"phase": phase})
+    assert env.reset(options={"phase": np.int64(3)})[1]["phase"] == 3
+    # An array of threads used to fail on `array == "keep"`; a word other than keep/random
+    # on unpacking.
+    obs, _ = env.reset(options={"threads": np.array([4, 5])})
+    assert tuple(obs[:2]) == (4, 5) and env.threads == (4, 5)
+    with pytest.raises(ValueError, match="threads must be .*'random' or 'keep'"):
+        env.reset(options={"threads": "kept"})
+
+
+@pytest.mark.parametrize("max_threads", [0, -3, 2.5, True])
+def test_max_threads_must_be_a_positive_integer(max_threads):
+    # 0 used to be taken and every reset then failed inside NumPy (low >= high).
+    with pytest.raises(ValueError, match="max_threads"):
+        SyntheticEnv(max_threads=max_threads)
+
+
+def test_seq_phase_env_passes_check_env_and_ends():
+    env = SeqPhaseEnv(SyntheticEnv(), total_steps=20, switch_every=5)
+    with warnings.catch_warnings():
+        # Gymnasium warns about any wrapper given to check_env; every other warning is an error.
+        warnings.filterwarnings("ignore", message=".*different from the unwrapped")
+        check_env(env)
+    env.reset(seed=3)
+    for _ in range(20):
+        env.step(0)
+    # A step past the end used to fail with an IndexError into the phase schedule.
+    with pytest.raises(RuntimeError, match="call reset"):
+        env.step(0)
+    env.reset(seed=3)
+    env.step(0)
 
 
 # ---- the real middleware ---------------------------------------------------------------

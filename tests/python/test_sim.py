@@ -38,6 +38,20 @@ def test_same_seed_same_episode_other_seed_other_episode():
     assert _trajectory(4) != _trajectory(5)
 
 
+def test_close_releases_the_simulator_and_a_reset_brings_it_back():
+    env = SimEnv(1, window_s=0.05)
+    env.reset(seed=0)
+    env.step(0)
+    env.close()
+    env.close()
+    # A closed env used to keep its simulator and step on.
+    assert env.sim is None
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(1)
+    env.reset(seed=0)
+    assert env.step(0)[4]["stats"]["all"]["ops"] > 0
+
+
 def test_info_and_observation_follow_the_env_convention():
     env = SimEnv(4, window_s=0.1, max_episode_steps=3)
     obs, info = env.reset(seed=0, options={"threads": (5, 7)})

@@ -46,10 +46,11 @@ class ControlEnv(gym.Env):
     def __init__(self, phase: int = 1, *, max_episode_steps: int = 200, sla: SLASpec | str | None = None,
                  max_threads: int = 32, initial_threads: tuple[int, int] | None = None,
                  control: bool = True, window_s: float = 1.0):
-        if phase not in self.phases:
-            raise ValueError(f"phase must be one of {self.phases}, got {phase!r}")
+        self._check_phase(phase)
         if max_episode_steps < 1:
             raise ValueError("max_episode_steps must be >= 1")
+        if isinstance(max_threads, bool) or int(max_threads) != max_threads or max_threads < 1:
+            raise ValueError(f"max_threads must be an integer >= 1, got {max_threads!r}")
         window_s = check_window_s(window_s)
         if initial_threads is not None:
             check_threads(initial_threads, max_threads)
@@ -67,6 +68,13 @@ class ControlEnv(gym.Env):
         self.observation_space = spaces.Box(np.zeros(len(high), np.float32), high, dtype=np.float32)
         self.action_space = spaces.Discrete(_core.N_ACTIONS)
         self._t = 0
+        self._reset_done = False
+
+    def _check_phase(self, phase: Any) -> int:
+        # bool is an int (True == 1) and 2.5 would truncate to 2: neither names a phase.
+        if isinstance(phase, (bool, np.bool_)) or phase not in self.phases or int(phase) != phase:
+            raise ValueError(f"phase must be one of {self.phases}, got {phase!r}")
+        return int(phase)
 
     @property
     def sla(self) -> SLASpec:
@@ -98,14 +106,15 @@ class ControlEnv(gym.Env):
         unknown = set(opts) - {"phase", "threads"}
         if unknown:
             raise ValueError(f"unknown reset options: {sorted(unknown)}")
-        phase = int(opts.get("phase", self.phase))
-        if phase not in self.phases:
-            raise ValueError(f"phase must be one of {self.phases}, got {phase!r}")
+        phase = self._check_phase(opts.get("phase", self.phase))
         spec = opts.get("threads", self.initial_threads if self.initial_threads is not None else "random")
-        if spec == "keep":
-            threads = self.loop.threads
-        elif spec == "random":
-            threads = tuple(int(x) for x in self.np_random.integers(1, self.max_threads + 1, size=2))
+        if isinstance(spec, str):
+            if spec not in ("keep", "random"):
+                raise ValueError(f"threads must be (interactive, batch), 'random' or 'keep', got {spec!r}")
+            if spec == "keep":
+                threads = self.loop.threads
+            else:
+                threads = tuple(int(x) for x in self.np_random.integers(1, self.max_threads + 1, size=2))
         else:
             threads = check_threads(spec, self.max_threads)
         workload_seed = int(self.np_random.integers(0, 2**31 - 1))
@@ -113,6 +122,7 @@ class ControlEnv(gym.Env):
         self.loop.restart(threads)
         self._t = 0
         self._restart(phase, threads, workload_seed)
+        self._reset_done = True
         obs = np.zeros(8, dtype=np.float32)
         obs[0], obs[1] = threads
         return obs, {"phase": phase, "threads": list(threads), "window_s": self.window_s,
@@ -124,13 +134,14 @@ class ControlEnv(gym.Env):
 
     def switch_phase(self, phase: int) -> None:
         """Change the running workload to another phase, keeping the threads."""
-        if phase not in self.phases:
-            raise ValueError(f"phase must be one of {self.phases}, got {phase!r}")
-        self.phase = int(phase)
+        self.phase = self._check_phase(phase)
         self._switch_phase(self.phase)
 
     def step(self, action):
-        if not self.action_space.contains(action):
+        if not self._reset_done:
+            raise RuntimeError("call reset() before step()")
+        # Discrete.contains takes True as action 1: a bool is not an action index.
+        if isinstance(action, (bool, np.bool_)) or not self.action_space.contains(action):
             raise ValueError(f"action must be an int in [0, {_core.N_ACTIONS}), got {action!r}")
         w = self.loop.step(int(action))
         self._t += 1
@@ -151,6 +162,11 @@ class ControlEnv(gym.Env):
         }
         obs = np.clip(np.asarray(w.obs, dtype=np.float32), self.observation_space.low, self.observation_space.high)
         return obs, float(m.reward), False, bool(truncated), info
+
+    def close(self):
+        """Release the backend; the env can be reset (and then stepped) again."""
+        self._reset_done = False
+        super().close()
 
     # --- backend hooks --------------------------------------------------------------
     def _restart(self, phase: int, threads: tuple[int, int], workload_seed: int) -> None:
@@ -276,6 +292,7 @@ class RealEnv(ControlEnv):
         return float(self.workload.offered_ops_per_s())
 
     def close(self):
+        super().close()
         if self.workload is not None:
             try:
                 self.workload.stop()
@@ -365,7 +382,7 @@ class SyntheticEnv(ControlEnv):
         return Reading(obs=obs, p99_us=p99, throughput=tp)
 
 
-class SeqPhaseEnv(gym.Wrapper):
+class SeqPhaseEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """The long run: one episode of `total_steps` steps whose phase changes every
     `switch_every` steps, phases drawn in a seeded random order (each block of len(phases)
     segments is a shuffled permutation, so every phase gets equal time). Threads carry over
@@ -373,9 +390,12 @@ class SeqPhaseEnv(gym.Wrapper):
 
     def __init__(self, env: ControlEnv, *, total_steps: int = 4000, switch_every: int = 200,
                  phases: tuple[int, ...] = DEFAULT_PHASES, initial_threads: tuple[int, int] | None = (15, 15)):
-        super().__init__(env)
         if total_steps < 1 or switch_every < 1:
             raise ValueError("total_steps and switch_every must be >= 1")
+        # Recorded so that Gymnasium (check_env, spec) can rebuild the wrapper.
+        gym.utils.RecordConstructorArgs.__init__(self, total_steps=total_steps, switch_every=switch_every,
+                                                 phases=phases, initial_threads=initial_threads)
+        gym.Wrapper.__init__(self, env)
         self.total_steps = int(total_steps)
         self.switch_every = int(switch_every)
         self.phases = tuple(phases)
@@ -402,6 +422,8 @@ class SeqPhaseEnv(gym.Wrapper):
         return obs, info
 
     def step(self, action):
+        if self._t >= self.total_steps:
+            raise RuntimeError(f"the long run ended after {self.total_steps} steps: call reset()")
         if self._t > 0 and self._t % self.switch_every == 0:
             self.env.unwrapped.switch_phase(self.schedule_[self._t // self.switch_every])
         obs, r, term, trunc, info = self.env.step(action)

@@ -104,6 +104,10 @@ class SimEnv(ControlEnv):
     def _offered_ops_per_s(self):
         return self._offered
 
+    def close(self):
+        super().close()
+        self.sim = None
+
 
 __all__ = ["SimEnv", "load_params", "default_params", "list_params", "save_params", "PARAM_NAMES", "FIT_NAMES",
            "SIM_DIR"]
