@@ -116,6 +116,45 @@ def test_update_moves_only_the_taken_action_model():
     np.testing.assert_allclose(np.delete(after, 3), np.delete(before, 3))
 
 
+def test_acting_refuses_a_state_of_another_length():
+    X, A, R = sample_data(100)
+    ag = QLearningAgent(epsilon=1.0, random_state=0).pretrain(X, A, R)
+    # A scalar used to broadcast to eight equal features; 16 values failed on shapes, and an
+    # exploring act() answered 7 values with a random action.
+    for bad in (3.0, X[0][:7], np.r_[X[0], 1.0], X[:2]):
+        for call in (ag.q_values, ag.greedy_action, ag.act):
+            with pytest.raises(ValueError, match="one state of 8 features"):
+                call(bad)
+    np.testing.assert_array_equal(ag.q_values(X[0].reshape(1, 8)), ag.q_values(list(X[0])))
+    with pytest.raises(ValueError, match="next_obs must be one state of 8"):
+        ag.update(X[0], 1, 1.0, X[1][:5], terminated=False)
+
+
+@pytest.mark.parametrize("action", [-1, 9, 1.5, True, "1"])
+def test_update_refuses_a_bad_action(action):
+    X, A, R = sample_data(100)
+    ag = QLearningAgent(random_state=0).pretrain(X, A, R)
+    before = ag.q_values(X[5]).copy()
+    # -1 used to update the model of action 8.
+    with pytest.raises(ValueError, match="action"):
+        ag.update(X[5], action, 50.0, X[6], terminated=True)
+    np.testing.assert_array_equal(ag.q_values(X[5]), before)
+    assert ag.n_updates_ == 0
+    ag.update(X[5], np.int64(8), 50.0, X[6], terminated=True)
+
+
+def test_fractional_actions_are_refused_not_truncated():
+    X, A, R = sample_data(100)
+    # 4.5 used to be learnt as action 4.
+    with pytest.raises(ValueError, match="actions must be integers"):
+        QLearningAgent().pretrain(X, A + 0.5, R)
+    ag = QLearningAgent(random_state=0).pretrain(X, A.astype(float), R)
+    with pytest.raises(ValueError, match="actions must be integers"):
+        ag.update_batch(X[:3], [0, 1.5, 2], R[:3], X[1:4], np.zeros(3))
+    with pytest.raises(ValueError, match="actions must be in"):
+        ag.update_batch(X[:3], [0, -1, 2], R[:3], X[1:4], np.zeros(3))
+
+
 def test_fixed_scaler_stays_fixed_partial_fit_adapts():
     X, A, R = sample_data(200)
     fixed = QLearningAgent(random_state=0).pretrain(X, A, R)

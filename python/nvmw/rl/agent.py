@@ -85,6 +85,17 @@ def learning_reward(r: np.ndarray, scale: float = 1.0, transform: str = "none") 
     raise ValueError(f"reward_transform must be one of {REWARD_TRANSFORMS}, got {transform!r}")
 
 
+def _action_indices(actions: Any, n_actions: int) -> np.ndarray:
+    """Actions as int64 indices; ValueError unless each is a whole number in [0, n_actions)
+    (a cast to int64 used to turn 1.5 into action 1)."""
+    a = np.asarray(actions).ravel()
+    if a.dtype.kind not in "iuf" or (a.dtype.kind == "f" and not np.all(np.isfinite(a) & (a == np.floor(a)))):
+        raise ValueError(f"actions must be integers in [0, {n_actions}), got dtype {a.dtype}")
+    if a.size and (a.min() < 0 or a.max() >= n_actions):
+        raise ValueError(f"actions must be in [0, {n_actions})")
+    return a.astype(np.int64)
+
+
 #: Step budget of one training episode: the env's own truncation ends it first.
 _UNTIL_EPISODE_ENDS = 1 << 62
 
@@ -221,14 +232,12 @@ class QLearningAgent:
         then refits with fitted-Q targets r + gamma max Q(s') that many times (needs
         next_states). An action with no samples is fitted on all transitions."""
         X = np.asarray(states, dtype=np.float64)
-        A = np.asarray(actions, dtype=np.int64).ravel()
+        A = _action_indices(actions, self.n_actions)
         R = np.asarray(rewards, dtype=np.float64).ravel()
         if X.ndim != 2 or X.shape[0] == 0:
             raise ValueError(f"states must be a non-empty 2-D array, got shape {X.shape}")
         if not (len(A) == len(R) == len(X)):
             raise ValueError("states, actions and rewards must have the same length")
-        if A.min() < 0 or A.max() >= self.n_actions:
-            raise ValueError(f"actions must be in [0, {self.n_actions})")
         if not np.all(np.isfinite(X)) or not np.all(np.isfinite(R)):
             raise ValueError("states and rewards must be finite")
         self._setup()
@@ -295,10 +304,19 @@ class QLearningAgent:
             cols.append(cache[poly.degree] @ sgd.coef_ + sgd.intercept_[0])
         return np.column_stack(cols)
 
+    def _state(self, obs: np.ndarray, what: str = "obs") -> np.ndarray:
+        """One state as a (1, n_features) row; ValueError unless obs holds n_features values
+        (a scalar or a state of another length used to broadcast against the scalers)."""
+        x = np.asarray(obs, dtype=np.float64)
+        n = getattr(self, "n_features_in_", None)
+        if x.ndim > 2 or (x.ndim == 2 and x.shape[0] != 1) or (n is not None and x.size != n) or x.size == 0:
+            raise ValueError(f"{what} must be one state of {n} features, got shape {x.shape}")
+        return x.reshape(1, -1)
+
     def q_values(self, obs: np.ndarray) -> np.ndarray:
         """Predicted Q for every action in state obs (Algorithm 2 lines 12-14)."""
         self._check_fitted()
-        return self._predict_all(np.asarray(obs, dtype=np.float64).reshape(1, -1))[0]
+        return self._predict_all(self._state(obs))[0]
 
     def greedy_action(self, obs: np.ndarray) -> int:
         q = self.q_values(obs)
@@ -307,6 +325,7 @@ class QLearningAgent:
     def act(self, obs: np.ndarray, explore: bool = True) -> int:
         """Epsilon-greedy action (lines 6-16); explore=False is purely greedy."""
         self._check_fitted()
+        self._state(obs)
         if explore and self.rng_.random() < self.epsilon_:
             return int(self.rng_.integers(self.n_actions))
         return self.greedy_action(obs)
@@ -316,6 +335,11 @@ class QLearningAgent:
                terminated: bool, truncated: bool = False) -> float:
         """One Q-learning update of M_action (lines 19-28). Returns the target used."""
         self._check_fitted()
+        # -1 used to update the last action's model (a negative index), 1.5 fail on indexing.
+        if isinstance(action, (bool, np.bool_)) or not isinstance(action, (int, np.integer)) \
+                or not 0 <= action < self.n_actions:
+            raise ValueError(f"action must be an int in [0, {self.n_actions}), got {action!r}")
+        obs, next_obs = self._state(obs), self._state(next_obs, "next_obs")
         r = float(self._learning_reward(np.array([float(reward)]))[0])
         done = terminated or (truncated and not self.bootstrap_on_truncation)
         target = r if done else r + self.gamma * float(np.max(self.q_values(next_obs)))
@@ -323,7 +347,7 @@ class QLearningAgent:
             q_sa = float(self.q_values(obs)[action])
             target = q_sa + self.learning_rate * (target - q_sa)
         m = self.models_[int(action)]
-        F = transform_features(np.asarray(obs, dtype=np.float64).reshape(1, -1), self.feature_transform)
+        F = transform_features(obs, self.feature_transform)
         if self.scaler_mode == "partial_fit":
             m.named_steps["scaler"].partial_fit(F)
         Z = m.named_steps["poly"].transform(m.named_steps["scaler"].transform(F))
@@ -344,7 +368,7 @@ class QLearningAgent:
         self._check_fitted()
         X = np.asarray(obs, dtype=np.float64).reshape(-1, self.n_features_in_)
         Xn = np.asarray(next_obs, dtype=np.float64).reshape(-1, self.n_features_in_)
-        A = np.asarray(actions, dtype=np.int64).ravel()
+        A = _action_indices(actions, self.n_actions)
         R = self._learning_reward(np.asarray(rewards, dtype=np.float64).ravel())
         term = np.asarray(terminated, bool).ravel()
         trunc = np.zeros_like(term) if truncated is None else np.asarray(truncated, bool).ravel()
@@ -352,8 +376,6 @@ class QLearningAgent:
             raise ValueError("update_batch: all columns must have the same length")
         if len(A) == 0:
             return np.zeros(0)
-        if A.min() < 0 or A.max() >= self.n_actions:
-            raise ValueError(f"actions must be in [0, {self.n_actions})")
         done = term | (trunc & (not self.bootstrap_on_truncation))
         targets = R + np.where(done, 0.0, self.gamma * self._predict_all(Xn).max(axis=1))
         if self.learning_rate_mode == "q_step":
