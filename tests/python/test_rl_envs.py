@@ -151,6 +151,14 @@ def test_seq_phase_env_passes_check_env_and_ends():
     env.step(0)
 
 
+@pytest.mark.parametrize("phases", [(), (9,), (1, 2.5)])
+def test_seq_phase_env_refuses_phases_it_cannot_run(phases):
+    # No phase used to hang reset() (an endless loop over empty permutations); an unknown one
+    # failed only at the reset that drew it.
+    with pytest.raises(ValueError, match="phase"):
+        SeqPhaseEnv(SyntheticEnv(), total_steps=20, switch_every=5, phases=phases)
+
+
 # ---- the real middleware ---------------------------------------------------------------
 
 @pytest.fixture

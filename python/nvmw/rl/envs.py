@@ -398,9 +398,12 @@ class SeqPhaseEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
         gym.Wrapper.__init__(self, env)
         self.total_steps = int(total_steps)
         self.switch_every = int(switch_every)
-        self.phases = tuple(phases)
-        self.initial_threads = initial_threads
         inner = env.unwrapped
+        # No phase at all used to make reset() loop forever drawing empty permutations.
+        self.phases = tuple(inner._check_phase(p) for p in phases)
+        if not self.phases:
+            raise ValueError("phases must name at least one phase")
+        self.initial_threads = initial_threads
         inner.max_episode_steps = max(inner.max_episode_steps, self.total_steps)
         self.schedule_: list[int] = []
         self._t = 0
