@@ -135,6 +135,20 @@ def test_max_threads_must_be_a_positive_integer(max_threads):
         SyntheticEnv(max_threads=max_threads)
 
 
+@pytest.mark.parametrize("steps", [2.5, "3", True, 0])
+def test_max_episode_steps_must_be_a_positive_integer(steps):
+    # 2.5 used to become 2 steps, "3" a TypeError.
+    with pytest.raises(ValueError, match="max_episode_steps"):
+        SyntheticEnv(max_episode_steps=steps)
+
+
+@pytest.mark.parametrize("noise", [float("nan"), -0.1, float("inf")])
+def test_synthetic_noise_must_be_finite_and_not_negative(noise):
+    # NaN noise used to give NaN rewards; a negative one failed at the first step.
+    with pytest.raises(ValueError, match="noise"):
+        SyntheticEnv(noise=noise)
+
+
 def test_seq_phase_env_passes_check_env_and_ends():
     env = SeqPhaseEnv(SyntheticEnv(), total_steps=20, switch_every=5)
     with warnings.catch_warnings():

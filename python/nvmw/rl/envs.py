@@ -47,10 +47,9 @@ class ControlEnv(gym.Env):
                  max_threads: int = 32, initial_threads: tuple[int, int] | None = None,
                  control: bool = True, window_s: float = 1.0):
         self._check_phase(phase)
-        if max_episode_steps < 1:
-            raise ValueError("max_episode_steps must be >= 1")
-        if isinstance(max_threads, bool) or int(max_threads) != max_threads or max_threads < 1:
-            raise ValueError(f"max_threads must be an integer >= 1, got {max_threads!r}")
+        for name, value in (("max_episode_steps", max_episode_steps), ("max_threads", max_threads)):
+            if isinstance(value, (bool, str)) or int(value) != value or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         window_s = check_window_s(window_s)
         if initial_threads is not None:
             check_threads(initial_threads, max_threads)
@@ -332,6 +331,9 @@ class SyntheticEnv(ControlEnv):
         super().__init__(phase, max_episode_steps=max_episode_steps, sla=sla if sla is not None else self.DEFAULT_SLA,
                          max_threads=max_threads, initial_threads=initial_threads, control=control,
                          window_s=window_s)
+        # NaN noise made every window's p99 and reward NaN; a negative one failed at the first step.
+        if isinstance(noise, (bool, str)) or not 0.0 <= float(noise) < math.inf:
+            raise ValueError(f"noise must be a finite number >= 0, got {noise!r}")
         self.noise = float(noise)
         self._backlog = [0.0, 0.0]
         self.spec = EnvSpec(id="nvmw/Synthetic-v0", entry_point="nvmw.rl.envs:SyntheticEnv",
