@@ -84,12 +84,20 @@ bool Parser::ReadLine(const char* data, size_t n, size_t* i, size_t cap) {
   return true;
 }
 
+void Parser::ClearArgs() {
+  if (args_.capacity() > kKeepArgs) {
+    std::vector<std::string>().swap(args_);
+  } else {
+    args_.clear();
+  }
+}
+
 Parser::Result Parser::Parse(const char* data, size_t n, size_t* consumed) {
   size_t i = 0;
   *consumed = 0;
   if (state_ == State::kError) return Result::kError;
   if (state_ == State::kStart) {
-    args_.clear();
+    ClearArgs();
     buffered_ = 0;
   }
   for (;;) {
@@ -102,7 +110,7 @@ Parser::Result Parser::Parse(const char* data, size_t n, size_t* consumed) {
           *consumed = i;
           return Result::kNeedMore;
         }
-        args_.clear();
+        ClearArgs();
         line_.clear();
         buffered_ = 0;
         if (data[i] == '*') {

@@ -82,6 +82,12 @@ class Parser {
   // Sizes the current argument's string to hold `want` more bytes (doubling, capped at
   // the declared length).
   void GrowBulk(size_t want);
+  // Empties args_ for the next command. A vector grown past kKeepArgs (one command of
+  // many arguments, up to max_args of them: 32 MiB of string headers) is freed rather
+  // than kept for the life of the connection, as PendingCommand::Reset frees the key
+  // commands' vectors.
+  static constexpr size_t kKeepArgs = 1024;
+  void ClearArgs();
 
   ParserLimits limits_;
   State state_ = State::kStart;

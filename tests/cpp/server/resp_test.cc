@@ -288,5 +288,22 @@ TEST(RespEncodeTest, Replies) {
   EXPECT_EQ(out, std::string("+OK\r\n-ERR bad  thing\r\n:-42\r\n$3\r\na\0b\r\n$-1\r\n*2\r\n$5\r\n", 50));
 }
 
+// A command of many arguments does not leave its argument vector with the connection:
+// the next command starts from a small one (otherwise each idle connection that once
+// sent max_args arguments, an unknown command with a million of them say, would keep
+// 32 MiB).
+TEST(RespParserTest, ManyArgumentsAreNotKeptForTheNextCommand) {
+  Parser p{ParserLimits()};
+  const std::string big = Multibulk(Args(200000, "k"));
+  size_t used = 0;
+  ASSERT_EQ(p.Parse(big.data(), big.size(), &used), Parser::Result::kCommand);
+  ASSERT_EQ(used, big.size());
+  ASSERT_EQ(p.args().size(), 200000u);
+  const std::string ping = Multibulk({"PING"});
+  ASSERT_EQ(p.Parse(ping.data(), ping.size(), &used), Parser::Result::kCommand);
+  EXPECT_EQ(p.args(), Args({"PING"}));
+  EXPECT_LE(p.args().capacity(), 1024u);
+}
+
 }  // namespace
 }  // namespace nvmw::resp
