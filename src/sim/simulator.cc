@@ -801,7 +801,11 @@ Simulator::~Simulator() = default;
 Status Simulator::Create(const SimOptions& o, std::unique_ptr<Simulator>* out) {
   if (out == nullptr) return Status::InvalidArgument("Create needs an output");
   const SimParams& p = o.params;
-  if (!(o.window_s > 0) || !Finite(o.window_s)) return Status::InvalidArgument("window_s must be > 0");
+  // At most a day, as Middleware's windows: much longer ones overflow the virtual clock
+  // (1e300 s made the second RunWindow spin forever) and the windows' operation counts.
+  if (!(o.window_s > 0 && o.window_s <= 86400)) {
+    return Status::InvalidArgument("window_s must be in (0, 86400]");
+  }
   if (o.max_threads < 1) return Status::InvalidArgument("max_threads must be >= 1");
   if (o.no_control_max_inflight < 1) return Status::InvalidArgument("no_control_max_inflight must be >= 1");
   if (o.execution != Execution::kCallerRuns && o.execution != Execution::kHandOff) {

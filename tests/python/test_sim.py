@@ -126,6 +126,14 @@ def test_parameters_bad_input():
         sim.set_workload({"time": [0]}, {"times_us": [0], "writes": [0], "bytes": [8], "clients": 1})
 
 
+@pytest.mark.parametrize("window_s", [0.0, 86400.5, 1e300])
+def test_simulator_window_is_at_most_a_day(window_s):
+    # 1e300 s used to be taken: the virtual clock overflowed and the second window never ended.
+    with pytest.raises(ValueError, match=r"window_s must be in \(0, 86400\]"):
+        _core.Simulator(default_params(), window_s=window_s)
+    _core.Simulator(default_params(), window_s=86400.0)
+
+
 def test_shipped_fit_loads_and_records_its_quality():
     with open(data_path("sim", "optane-1dimm.json")) as fh:
         shipped = json.load(fh)

@@ -590,6 +590,10 @@ TEST(SimulatorTest, BadInputIsRefused) {
   o.params = Exact();
   o.window_s = 0;
   EXPECT_TRUE(Simulator::Create(o, &sim).IsInvalidArgument());
+  o.window_s = 1e300;  // the virtual clock overflowed and the next window never ended
+  EXPECT_TRUE(Simulator::Create(o, &sim).IsInvalidArgument());
+  o.window_s = 86400.5;
+  EXPECT_TRUE(Simulator::Create(o, &sim).IsInvalidArgument());
   o.window_s = 0.1;
   o.execution = static_cast<Execution>(7);
   EXPECT_TRUE(Simulator::Create(o, &sim).IsInvalidArgument());
