@@ -155,6 +155,23 @@ def test_fractional_actions_are_refused_not_truncated():
         ag.update_batch(X[:3], [0, -1, 2], R[:3], X[1:4], np.zeros(3))
 
 
+@pytest.mark.parametrize("where", ["obs", "next_obs", "reward"])
+def test_update_batch_with_a_nan_moves_no_model(where):
+    X, A, R = sample_data(200)
+    ag = QLearningAgent(random_state=0).pretrain(X, A, R)
+    before = ag._predict_all(X[:20]).copy()
+    obs, next_obs, rewards = X[:4].copy(), X[1:5].copy(), R[:4].copy()
+    # The NaN is in the last action's row: the models of actions 0-2 used to be updated
+    # before action 3's partial_fit raised.
+    {"obs": obs, "next_obs": next_obs, "reward": rewards[None, :]}[where][-1, -1] = np.nan
+    with pytest.raises(ValueError, match="must be finite"):
+        ag.update_batch(obs, [0, 1, 2, 3], rewards, next_obs, np.zeros(4))
+    with pytest.raises(ValueError, match="must be finite"):
+        ag.update(obs[-1], 3, rewards[-1], next_obs[-1], terminated=False)
+    np.testing.assert_array_equal(ag._predict_all(X[:20]), before)
+    assert ag.n_updates_ == 0
+
+
 def test_fixed_scaler_stays_fixed_partial_fit_adapts():
     X, A, R = sample_data(200)
     fixed = QLearningAgent(random_state=0).pretrain(X, A, R)

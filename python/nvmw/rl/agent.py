@@ -348,6 +348,8 @@ class QLearningAgent:
             target = q_sa + self.learning_rate * (target - q_sa)
         m = self.models_[int(action)]
         F = transform_features(obs, self.feature_transform)
+        if not (np.all(np.isfinite(F)) and np.isfinite(target)):
+            raise ValueError("update: obs, next_obs and reward must be finite")
         if self.scaler_mode == "partial_fit":
             m.named_steps["scaler"].partial_fit(F)
         Z = m.named_steps["poly"].transform(m.named_steps["scaler"].transform(F))
@@ -383,6 +385,10 @@ class QLearningAgent:
             q_sa = self._predict_all(X)[np.arange(len(A)), A]
             targets = q_sa + lr * (targets - q_sa)
         F = transform_features(X, self.feature_transform)
+        # Checked before any model moves: a NaN in one action's rows used to fail in its
+        # partial_fit after the models of the lower actions had taken theirs.
+        if not (np.all(np.isfinite(F)) and np.all(np.isfinite(targets))):
+            raise ValueError("update_batch: states, next states and rewards must be finite")
         for a in np.unique(A):
             rows = A == a
             m = self.models_[int(a)]
