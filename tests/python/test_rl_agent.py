@@ -172,6 +172,20 @@ def test_update_batch_with_a_nan_moves_no_model(where):
     assert ag.n_updates_ == 0
 
 
+def test_fitted_q_pretraining_checks_next_states_first():
+    X, A, R = sample_data(100)
+    ag = QLearningAgent(random_state=0).pretrain(X, A, R)
+    before = ag._predict_all(X[:10]).copy()
+    Xn = X.copy()
+    Xn[-1, 0] = np.nan
+    # Other shapes used to fail on broadcasting and NaN in a later fit, after the agent's
+    # models had been replaced by half-fitted ones.
+    for bad, dones, match in ((X[:50], None, "next_states"), (X, np.zeros(3), "dones"), (Xn, None, "finite")):
+        with pytest.raises(ValueError, match=match):
+            ag.pretrain(X, A, R, next_states=bad, dones=dones, fqi_iterations=1)
+    np.testing.assert_array_equal(ag._predict_all(X[:10]), before)
+
+
 def test_fixed_scaler_stays_fixed_partial_fit_adapts():
     X, A, R = sample_data(200)
     fixed = QLearningAgent(random_state=0).pretrain(X, A, R)

@@ -240,6 +240,17 @@ class QLearningAgent:
             raise ValueError("states, actions and rewards must have the same length")
         if not np.all(np.isfinite(X)) or not np.all(np.isfinite(R)):
             raise ValueError("states and rewards must be finite")
+        if fqi_iterations > 0:
+            # Checked before the models are replaced: next states of another shape used to
+            # fail on broadcasting, NaN ones in a later action's fit.
+            if next_states is None:
+                raise ValueError("fqi_iterations > 0 needs next_states")
+            Xn = np.asarray(next_states, dtype=np.float64)
+            D = np.zeros(len(X), bool) if dones is None else np.asarray(dones, bool).ravel()
+            if Xn.shape != X.shape or len(D) != len(X):
+                raise ValueError(f"next_states (shape {Xn.shape}) and dones must match states (shape {X.shape})")
+            if not np.all(np.isfinite(Xn)):
+                raise ValueError("next_states must be finite")
         self._setup()
         R = self._learning_reward(R)
         self.n_features_in_ = X.shape[1]
@@ -250,11 +261,6 @@ class QLearningAgent:
         targets = R.copy()
         self.pretrain_converged_ = [False] * self.n_actions
         rounds = 1 + max(0, int(fqi_iterations))
-        if fqi_iterations > 0:
-            if next_states is None:
-                raise ValueError("fqi_iterations > 0 needs next_states")
-            Xn = np.asarray(next_states, dtype=np.float64)
-            D = np.zeros(len(X), bool) if dones is None else np.asarray(dones, bool).ravel()
         for it in range(rounds):
             if it > 0:
                 qn = self._predict_all(Xn).max(axis=1)
