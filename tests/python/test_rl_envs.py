@@ -90,6 +90,8 @@ def test_step_before_reset_and_after_close_is_an_error():
     env = SyntheticEnv()
     with pytest.raises(RuntimeError, match="reset"):
         env.step(0)
+    with pytest.raises(RuntimeError, match=r"reset\(\) before set_threads"):
+        env.set_threads(2, 2)
     env.reset(seed=0)
     env.step(0)
     env.close()

@@ -48,6 +48,11 @@ def test_close_releases_the_simulator_and_a_reset_brings_it_back():
     assert env.sim is None
     with pytest.raises(RuntimeError, match="reset"):
         env.step(1)
+    # These failed on the missing simulator (AttributeError on None).
+    with pytest.raises(RuntimeError, match=r"reset\(\) before set_threads"):
+        env.set_threads(3, 3)
+    with pytest.raises(RuntimeError, match=r"reset\(\) before switch_phase"):
+        env.switch_phase(2)
     env.reset(seed=0)
     assert env.step(0)[4]["stats"]["all"]["ops"] > 0
 

@@ -127,18 +127,25 @@ class ControlEnv(gym.Env):
         return obs, {"phase": phase, "threads": list(threads), "window_s": self.window_s,
                      "control": self.control}
 
+    def _check_reset(self, what: str) -> None:
+        # Before the first reset (or after close) there is no backend: RealEnv and SimEnv
+        # failed on None, SyntheticEnv made up a window.
+        if not self._reset_done:
+            raise RuntimeError(f"call reset() before {what}()")
+
     def set_threads(self, interactive: int, batch: int) -> None:
         """Set both pools directly (for controllers that output thread targets)."""
+        self._check_reset("set_threads")
         self.loop.set_threads(interactive, batch)
 
     def switch_phase(self, phase: int) -> None:
         """Change the running workload to another phase, keeping the threads."""
+        self._check_reset("switch_phase")
         self.phase = self._check_phase(phase)
         self._switch_phase(self.phase)
 
     def step(self, action):
-        if not self._reset_done:
-            raise RuntimeError("call reset() before step()")
+        self._check_reset("step")
         # Discrete.contains takes True as action 1: a bool is not an action index.
         if isinstance(action, (bool, np.bool_)) or not self.action_space.contains(action):
             raise ValueError(f"action must be an int in [0, {_core.N_ACTIONS}), got {action!r}")
