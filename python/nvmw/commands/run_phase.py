@@ -6,12 +6,13 @@ import argparse
 import sys
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import nonneg_int, positive_float
+from nvmw.commands._args import float_in, nonneg_int, positive_float
 from nvmw.commands._args import add_store_args, argv_of, controller_help, pool_path
 from nvmw.commands._util import cores, print_json
 from nvmw.control.sla import load_spec
 from nvmw.errors import NvmwError
 from nvmw.lab.lineup import ControllerContext, make_controller
+from nvmw.rl.simrun import RUN_S_MAX, RUN_WINDOWS_MAX, run_windows
 from nvmw.workloads.phases import load_phase
 
 
@@ -24,7 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "gradient, q-learning, oracle, or any kind registered with "
         "nvmw.lab.lineup.register_controller.")
     p.add_argument("phase", help="phase number (1-4 the thesis's, 5-6 contended) or a phase TOML file")
-    p.add_argument("--duration", type=positive_float, default=30.0, help="seconds (default %(default)s)")
+    p.add_argument("--duration", type=float_in(0.0, RUN_S_MAX), default=30.0,
+                   help=f"seconds, rounded to whole windows (at least one); at most {RUN_S_MAX:g} (a day) and "
+                        f"{RUN_WINDOWS_MAX:,} windows of --window (default %(default)s)")
     p.add_argument("--controller", default="fixed:10,10", help=controller_help("%(default)s"))
     p.add_argument("--sla", default=None, help="SLA spec judging each window for the controller "
                    "(default: the calibrated spec for --device)")
@@ -48,6 +51,11 @@ def _print_row(row: dict) -> None:
 def run(args: argparse.Namespace) -> int:
     from nvmw.lab.phase_run import run_phase  # Gymnasium: imported when a phase runs, not for --help
 
+    try:
+        run_windows(args.duration, args.window)
+    except ValueError as e:
+        print(f"nvmw run-phase: --duration {args.duration:g} with --window {args.window:g}: {e}", file=sys.stderr)
+        return 2
     try:
         phase = load_phase(args.phase, capacity=args.capacity)
         sla = load_spec(args.sla, device=args.device)

@@ -10,7 +10,7 @@ from nvmw.control.sla import SLASpec, load_spec
 from nvmw.lab.lineup import ControllerContext, make_controller
 from nvmw.rl.envs import RealEnv
 from nvmw.rl.sim import SimEnv
-from nvmw.rl.simrun import run_static, static_config
+from nvmw.rl.simrun import run_static, run_windows, static_config
 from nvmw.workloads.phases import Phase, load_phase
 
 #: Where a run starts when its controller states no starting threads of its own.
@@ -28,13 +28,15 @@ def run_phase(phase: Union[Phase, int, str], *, duration_s: float = 30.0, contro
     after every window. The SLA spec (`sla`; default: the calibrated one for `device`)
     judges each window for the controller. Returns {"windows": [...], "replay": {...},
     ...}; each window row has threads, ops/s, interactive p99 and batch throughput, queue
-    lengths and the offered load. `seed` seeds the env (and so the workload traces)."""
+    lengths and the offered load. `seed` seeds the env (and so the workload traces).
+    ValueError for a duration outside (0, 86400] s or of more than 1,000,000 windows
+    (`nvmw.rl.simrun.run_windows`)."""
+    n_windows = run_windows(duration_s, window_s)
     ph = phase if isinstance(phase, Phase) else load_phase(phase)
     device_name = device or "none"
     spec = sla if isinstance(sla, SLASpec) else load_spec(sla, device=device_name)
     ctl = make_controller(controller, ControllerContext(sla=spec, device=device_name, phases=(ph.number,)))
     ctl.reset()
-    n_windows = max(1, int(round(duration_s / window_s)))
     env = RealEnv(ph, window_s=window_s, max_episode_steps=n_windows, sla=spec, engine=engine, path=path,
                   device=device_name, control=bool(getattr(ctl, "requires_control", True)),
                   initial_threads=getattr(ctl, "initial_threads", None) or DEFAULT_START, warmup_windows=0,

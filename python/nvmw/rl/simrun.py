@@ -155,6 +155,30 @@ def check_window_s(window_s: Any) -> float:
     return w
 
 
+#: The longest run of a phase on the middleware (`nvmw.lab.phase_run.run_phase`, `nvmw
+#: run-phase --duration`), s, and the most windows it may hold (one row each is kept for
+#: the result: a day of 1 ms windows would be 86.4 million rows).
+RUN_S_MAX = 86400.0
+RUN_WINDOWS_MAX = 1_000_000
+
+
+def run_windows(duration_s: Any, window_s: float) -> int:
+    """The windows a run of `duration_s` seconds of `window_s`-second windows takes
+    (rounded, at least one); ValueError unless `duration_s` is a number in (0, RUN_S_MAX]
+    and the run holds at most RUN_WINDOWS_MAX windows."""
+    try:
+        d = float(duration_s)
+    except (TypeError, ValueError):
+        d = math.nan
+    if isinstance(duration_s, (bool, str)) or not 0.0 < d <= RUN_S_MAX:
+        raise ValueError(f"duration_s must be a number in (0, {RUN_S_MAX:g}] s, got {duration_s!r}")
+    n = max(1, int(round(d / check_window_s(window_s))))
+    if n > RUN_WINDOWS_MAX:
+        raise ValueError(f"a run of {d:g} s in windows of {window_s:g} s would be {n:,} windows, "
+                         f"more than {RUN_WINDOWS_MAX:,}: use longer windows or a shorter run")
+    return n
+
+
 def static_config(controller: Any) -> Optional[tuple]:
     """(control, interactive, batch) when `controller` is the name of a static
     configuration in its canonical spelling ("none" -> (False, 15, 15), the threads

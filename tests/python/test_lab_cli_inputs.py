@@ -1,0 +1,50 @@
+"""The lab's command line and RL helpers given values they cannot use: run lengths past
+what a run can hold, options a run would ignore, outputs with no place for the files
+written beside them, output directories holding another run's files, numbers spelled in
+ways the rest of the project refuses, and misshapen arguments to the RL helpers. Each is
+refused naming the argument (exit 1 or 2 from the command line, no traceback), or
+handled the one way the help states."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cli_output import one_error_line as _one_error_line
+from nvmw.cli import build_parser, main
+
+
+def _nvmw(*argv: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nvmw", *argv], capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ))
+
+
+# --- run-phase --duration ------------------------------------------------------------
+
+@pytest.mark.parametrize("duration", ["1e300", "86401", "inf", "-inf", "nan", "-1", "0"])
+def test_run_phase_refuses_a_duration_outside_a_day(capsys, duration):
+    # Was: 1e300 (or anything past a day) was accepted and the run never ended.
+    with pytest.raises(SystemExit) as e:
+        build_parser("run-phase").parse_args(["run-phase", "1", f"--duration={duration}"])
+    assert e.value.code == 2
+    assert "argument --duration" in capsys.readouterr().err
+
+
+def test_run_phase_refuses_a_run_of_too_many_windows():
+    # Was: a day of 1 ms windows was accepted (86.4 million windows, one row each kept).
+    r = _nvmw("run-phase", "1", "--duration", "86400", "--window", "0.001", "--json")
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert "--duration 86400 with --window 0.001" in r.stderr and "1,000,000" in r.stderr
+
+
+@pytest.mark.parametrize("duration", [float("nan"), float("inf"), -1.0, 0.0, "30"])
+def test_run_phase_function_refuses_a_duration_it_cannot_run(duration):
+    # Was: NaN failed inside int() ("cannot convert float NaN"), inf was an OverflowError,
+    # and -1 or 0 ran one window.
+    from nvmw.lab.phase_run import run_phase
+
+    with pytest.raises(ValueError, match="duration_s must be a number in"):
+        run_phase(1, duration_s=duration, window_s=0.1)
