@@ -48,3 +48,13 @@ def test_run_phase_function_refuses_a_duration_it_cannot_run(duration):
 
     with pytest.raises(ValueError, match="duration_s must be a number in"):
         run_phase(1, duration_s=duration, window_s=0.1)
+
+
+# --- run-phase --capacity ------------------------------------------------------------
+
+@pytest.mark.parametrize("capacity", ["{d}/missing.json", "optane-1dimm"])
+def test_run_phase_refuses_capacity_for_a_phase_paced_in_its_file(tmp_path, capsys, capacity):
+    # Was: ignored without a word, a path that does not exist included; the run went on.
+    capacity = capacity.format(d=tmp_path)
+    assert main(["run-phase", "1", "--capacity", capacity, "--duration", "0.2", "--window", "0.1"]) == 2
+    _one_error_line(capsys, f"--capacity {capacity}", "phase 1 is paced in its file")

@@ -35,7 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rate-scale", type=positive_float, default=1.0,
                    help="multiply both classes' offered rates (default %(default)s)")
     p.add_argument("--capacity", default=None, help="capacity file the contended phases are scaled to "
-                   "(from `nvmw calibrate --capacity`; default $NVMW_CAPACITY, else the shipped optane-1dimm)")
+                   "(from `nvmw calibrate --capacity`; default $NVMW_CAPACITY, else the shipped optane-1dimm). "
+                   "Refused for a phase paced in its file (1-4, or a phase file without offered_write_bw, "
+                   "offered_read_bw or capacity_rate), which it would not change")
     add_store_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
     p.set_defaults(func=run)
@@ -58,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         phase = load_phase(args.phase, capacity=args.capacity)
+        if args.capacity is not None and not phase.contended:
+            raise ValueError(f"--capacity {args.capacity}: phase {phase.number} is paced in its file, not "
+                             "relative to capacity (the contended phases 5-6 are), so --capacity would not "
+                             "change it")
         sla = load_spec(args.sla, device=args.device)
         controller = make_controller(args.controller, ControllerContext(sla=sla, device=args.device,
                                                                          phases=(phase.number,)))
