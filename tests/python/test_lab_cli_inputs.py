@@ -6,6 +6,7 @@ refused naming the argument (exit 1 or 2 from the command line, no traceback), o
 handled the one way the help states."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -58,3 +59,47 @@ def test_run_phase_refuses_capacity_for_a_phase_paced_in_its_file(tmp_path, caps
     capacity = capacity.format(d=tmp_path)
     assert main(["run-phase", "1", "--capacity", capacity, "--duration", "0.2", "--window", "0.1"]) == 2
     _one_error_line(capsys, f"--capacity {capacity}", "phase 1 is paced in its file")
+
+
+# --- outputs with a file written beside them -----------------------------------------
+
+def _sweep(tmp_path) -> str:
+    rows = [{"phase": ph, "interactive_threads": i, "batch_threads": 1, "p99_us": 100.0 + 10 * i + k,
+             "throughput": 4000.0 - k} for ph in (1, 2) for i in (1, 2) for k in range(3)]
+    p = tmp_path / "sweep.json"
+    p.write_text(json.dumps({"rows": rows, "run": {"window_s": 0.1, "cores": 2, "device": "optane-1dimm"}}))
+    return str(p)
+
+
+def test_calibrate_refuses_an_out_with_no_place_for_the_oracle_table_beside_it(tmp_path, capsys):
+    # Was: the spec went into the FIFO (or device) and the oracle table beside it, at
+    # FIFO.oracle.json (`--out /dev/null` made /dev/null.oracle.json as root).
+    sweep = _sweep(tmp_path)
+    fifo = str(tmp_path / "spec")
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # had the old code written, it would not block
+    try:
+        argv = ["calibrate", "--env", "synthetic", "--from-sweep", sweep, "--confirm-windows", "0", "--out", fifo]
+        assert main(argv) == 1
+        _one_error_line(capsys, f"--out {fifo}: not a regular file", "--oracle-out")
+        assert sorted(os.listdir(tmp_path)) == ["spec", "sweep.json"]
+        # With the oracle table placed elsewhere, the spec is written into the FIFO.
+        assert main(argv + ["--oracle-out", str(tmp_path / "o.json")]) == 0
+        assert b"lat_goal" in os.read(reader, 1 << 16)
+        assert json.loads((tmp_path / "o.json").read_text())
+    finally:
+        os.close(reader)
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["train", "--env", "synthetic", "--collect-episodes", "0", "--out", "{f}"], "--out"),
+    (["evaluate", "--env", "synthetic", "--controllers", "q-learning-online", "--agent", "{d}/missing.joblib",
+      "--save-agent", "{f}", "--out", "{d}/eval"], "--save-agent"),
+])
+def test_an_agent_output_with_no_place_for_its_policy_file_is_refused(tmp_path, capsys, argv, option):
+    # Was: the agent was written into the FIFO, then read back from it for the policy
+    # file's checksum (waiting for a writer for ever), the policy file beside it.
+    fifo = str(tmp_path / "agent")
+    os.mkfifo(fifo)
+    assert main([a.format(f=fifo, d=tmp_path) for a in argv]) == 1
+    _one_error_line(capsys, f"{option} {fifo}: not a regular file", "policy file")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import stat
 import sys
 import tempfile
 from typing import TYPE_CHECKING, Iterator, Optional
@@ -275,6 +276,23 @@ def check_output_file(path: Optional[str], option: str) -> None:
         raise ValueError(f"{option} {path}: is a directory")
     if os.path.exists(path) and not os.access(path, os.W_OK):
         raise ValueError(f"{option} {path}: not writable")
+
+
+def check_beside(path: Optional[str], option: str, beside: str, instead: str = "") -> None:
+    """Refuse, before a run, an output that is there and is not a regular file (a device
+    such as /dev/null, a FIFO) when the command also writes a file beside it under a name
+    made from it (`beside`, e.g. "the oracle table NAME.oracle.json"): /dev/null would put
+    /dev/null.oracle.json in /dev. `instead` names the option that places that file
+    elsewhere, if there is one. A missing path, or a link to a regular file, is fine."""
+    if path is None:
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # nothing there yet (check_output_file reports what cannot be made)
+        return
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):  # check_output_file refuses a directory
+        where = f": name it with {instead}" if instead else ""
+        raise ValueError(f"{option} {path}: not a regular file, so {beside} has no place beside it{where}")
 
 
 def check_apart(outputs: list, inputs: list = ()) -> None:

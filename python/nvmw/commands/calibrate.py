@@ -17,7 +17,8 @@ from collections import Counter
 
 from nvmw import jsonfiles
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import Distinct, check_apart, check_output_file, int_in, nonneg_int, open_fraction, phase_number
+from nvmw.commands._args import (Distinct, check_apart, check_beside, check_output_file, int_in, nonneg_int,
+                                 open_fraction, phase_number)
 from nvmw.commands._args import add_env_args, argv_of, env_from_args, positive_float, positive_int
 from nvmw.lab.calibration import (calibrate, confirm_env, load_confirmation, load_sweep, no_control_windows,
                                   promise_configs, save_oracle, save_sweep, sweep_env)
@@ -59,7 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="--capacity: closed-loop client counts tried (default %(default)s)")
     p.add_argument("--capacity-duration", type=positive_float, default=2.0,
                    help="--capacity: seconds per client count (default %(default)s)")
-    p.add_argument("--oracle-out", default=None, help="oracle table JSON to write (default: next to --out)")
+    p.add_argument("--oracle-out", default=None, help="oracle table JSON to write (default: next to --out, "
+                   "NAME.oracle.json for NAME.toml; needed when --out is not a regular file, such as /dev/stdout)")
     p.add_argument("--sweep-out", default=None, help="also write the raw sweep rows (JSON)")
     p.add_argument("--no-control-windows", type=nonneg_int, default=0,
                    help="also measure this many no-control windows per phase (after the sweep; needs "
@@ -121,6 +123,8 @@ def _notes(args, header: dict, rows: list, confirm: list) -> str:
 def run(args) -> int:
     for opt in ("out", "oracle_out", "sweep_out", "no_control_out"):
         check_output_file(getattr(args, opt), "--" + opt.replace("_", "-"))
+    if not args.capacity and args.oracle_out is None:
+        check_beside(args.out, "--out", "the oracle table (NAME.oracle.json)", "--oracle-out")
     oracle_out = args.oracle_out or (os.path.splitext(args.out)[0] + ".oracle.json" if args.out and not args.capacity
                                      else None)
     # --sweep-out may name --from-sweep: that is read whole, then written again with its confirmation.

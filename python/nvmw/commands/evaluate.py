@@ -8,7 +8,7 @@ import json
 import os
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import check_output_dir, check_output_file, positive_int
+from nvmw.commands._args import check_beside, check_output_dir, check_output_file, positive_int
 from nvmw.control.controllers import OnlineAgentController
 from nvmw.commands._args import add_env_args, controller_help
 from nvmw.errors import Interrupted
@@ -52,7 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "reported as q-learning-online (the controller name q-learning-online does the same "
                         "for one entry of --controllers, so both can run side by side)")
     p.add_argument("--save-agent", default=None, help="with --online (or the q-learning-online controller): write "
-                   "the agent as it ended the run (.joblib)")
+                   "the agent as it ended the run (.joblib; its greedy policy goes beside it, NAME.policy.json, "
+                   "so not a device or FIFO)")
     p.add_argument("--oracle", default=None, help="oracle table JSON from `nvmw calibrate` (default: shipped)")
     p.add_argument("--fixed", type=positive_int, nargs=2, default=None, metavar=("I", "B"), help=argparse.SUPPRESS)
     p.add_argument("--out", default="nvmw-eval", help="output directory (default %(default)s)")
@@ -77,6 +78,7 @@ def run(args) -> int:
         raise ValueError("--save-agent needs --online or the q-learning-online controller "
                          "(without either the agent does not change)")
     check_output_file(args.save_agent, "--save-agent")
+    check_beside(args.save_agent, "--save-agent", "the agent's policy file (NAME.policy.json)")
     for key, value in (_QUICK if args.quick else _FULL).items():
         if getattr(args, key) is None:
             setattr(args, key, value)

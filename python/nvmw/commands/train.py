@@ -11,9 +11,9 @@ import os
 import time
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import (Distinct, add_backend_args, add_env_args, check_apart, check_output_file,
-                                 env_from_args, float_in, fraction, nonneg_int, phase_number, positive_int,
-                                 runner_from_args)
+from nvmw.commands._args import (Distinct, add_backend_args, add_env_args, check_apart, check_beside,
+                                 check_output_file, env_from_args, float_in, fraction, nonneg_int, phase_number,
+                                 positive_int, runner_from_args)
 from nvmw.lab.runs import run_header
 from nvmw.rl.agent import REWARD_TRANSFORMS
 from nvmw.lab.training import (UPDATE_MODES, load_tuned, plot_curve, pretrained_agent, resumed_agent,
@@ -59,7 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="episodes started at a time with the same agent (default: --workers); part of what "
                         "the result depends on, with --seed")
     add_backend_args(p)
-    p.add_argument("--out", required=True, help="agent file to write (.joblib)")
+    p.add_argument("--out", required=True, help="agent file to write (.joblib; its greedy policy goes beside it, "
+                   "NAME.policy.json, so not a device or FIFO)")
     p.add_argument("--curve", default=None, help="learning-curve PNG (default: next to --out)")
     p.set_defaults(func=run)
 
@@ -67,6 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args) -> int:
     check_output_file(args.out, "--out")
     check_output_file(args.curve, "--curve")
+    check_beside(args.out, "--out", "the agent's policy file (NAME.policy.json)")
     # --init-agent may be --out: the agent is read whole before it is saved again.
     check_apart([("--out", args.out), ("--curve", args.curve or os.path.splitext(args.out)[0] + ".curve.png"),
                  ("its policy file", policy_path(args.out))],
