@@ -40,31 +40,37 @@ struct CommandSpec {
   std::string_view name;  // lower case
   Cmd cmd;
   int arity;              // Redis convention: n exact, -n at least n (name included)
-  std::array<std::string_view, 3> flags;
+  std::array<std::string_view, 6> flags;
   int first_key, last_key, step;
+  std::array<std::string_view, 3> categories;  // ACL categories
 };
 
+// Flags and ACL categories as Redis 7.0 reports them for its commands of the same name
+// (CLIENT and CONFIG are containers there: no flags of their own).
 constexpr CommandSpec kCommands[] = {
-    {"get", Cmd::kGet, 2, {"readonly", "fast"}, 1, 1, 1},
-    {"set", Cmd::kSet, -3, {"write", "denyoom"}, 1, 1, 1},
-    {"del", Cmd::kDel, -2, {"write"}, 1, -1, 1},
-    {"exists", Cmd::kExists, -2, {"readonly", "fast"}, 1, -1, 1},
-    {"mget", Cmd::kMget, -2, {"readonly", "fast"}, 1, -1, 1},
-    {"mset", Cmd::kMset, -3, {"write", "denyoom"}, 1, -1, 2},
-    {"ping", Cmd::kPing, -1, {"fast"}, 0, 0, 0},
-    {"echo", Cmd::kEcho, 2, {"fast"}, 0, 0, 0},
-    {"info", Cmd::kInfo, -1, {"loading", "stale"}, 0, 0, 0},
-    {"dbsize", Cmd::kDbsize, 1, {"readonly", "fast"}, 0, 0, 0},
-    {"select", Cmd::kSelect, 2, {"loading", "stale", "fast"}, 0, 0, 0},
-    {"quit", Cmd::kQuit, -1, {"loading", "stale", "fast"}, 0, 0, 0},
-    {"auth", Cmd::kAuth, -2, {"noscript", "loading", "fast"}, 0, 0, 0},
-    {"hello", Cmd::kHello, -1, {"noscript", "loading", "fast"}, 0, 0, 0},
-    {"client", Cmd::kClient, -2, {"noscript", "loading", "stale"}, 0, 0, 0},
-    {"command", Cmd::kCommand, -1, {"loading", "stale"}, 0, 0, 0},
-    {"config", Cmd::kConfig, -2, {"admin", "noscript", "loading"}, 0, 0, 0},
-    {"time", Cmd::kTime, 1, {"random", "loading", "fast"}, 0, 0, 0},
-    {"nvmw.class", Cmd::kNvmwClass, -1, {"fast"}, 0, 0, 0},
-    {"nvmw.stats", Cmd::kNvmwStats, 1, {"loading", "stale"}, 0, 0, 0},
+    {"get", Cmd::kGet, 2, {"readonly", "fast"}, 1, 1, 1, {"@read", "@string", "@fast"}},
+    {"set", Cmd::kSet, -3, {"write", "denyoom"}, 1, 1, 1, {"@write", "@string", "@slow"}},
+    {"del", Cmd::kDel, -2, {"write"}, 1, -1, 1, {"@keyspace", "@write", "@slow"}},
+    {"exists", Cmd::kExists, -2, {"readonly", "fast"}, 1, -1, 1, {"@keyspace", "@read", "@fast"}},
+    {"mget", Cmd::kMget, -2, {"readonly", "fast"}, 1, -1, 1, {"@read", "@string", "@fast"}},
+    {"mset", Cmd::kMset, -3, {"write", "denyoom"}, 1, -1, 2, {"@write", "@string", "@slow"}},
+    {"ping", Cmd::kPing, -1, {"fast"}, 0, 0, 0, {"@fast", "@connection"}},
+    {"echo", Cmd::kEcho, 2, {"loading", "stale", "fast"}, 0, 0, 0, {"@fast", "@connection"}},
+    {"info", Cmd::kInfo, -1, {"loading", "stale"}, 0, 0, 0, {"@slow", "@dangerous"}},
+    {"dbsize", Cmd::kDbsize, 1, {"readonly", "fast"}, 0, 0, 0, {"@keyspace", "@read", "@fast"}},
+    {"select", Cmd::kSelect, 2, {"loading", "stale", "fast"}, 0, 0, 0, {"@fast", "@connection"}},
+    {"quit", Cmd::kQuit, -1, {"noscript", "loading", "stale", "fast", "no_auth", "allow_busy"}, 0, 0, 0,
+     {"@fast", "@connection"}},
+    {"auth", Cmd::kAuth, -2, {"noscript", "loading", "stale", "fast", "no_auth", "allow_busy"}, 0, 0, 0,
+     {"@fast", "@connection"}},
+    {"hello", Cmd::kHello, -1, {"noscript", "loading", "stale", "fast", "no_auth", "allow_busy"}, 0, 0, 0,
+     {"@fast", "@connection"}},
+    {"client", Cmd::kClient, -2, {}, 0, 0, 0, {"@slow"}},
+    {"command", Cmd::kCommand, -1, {"loading", "stale"}, 0, 0, 0, {"@slow", "@connection"}},
+    {"config", Cmd::kConfig, -2, {}, 0, 0, 0, {"@slow"}},
+    {"time", Cmd::kTime, 1, {"loading", "stale", "fast"}, 0, 0, 0, {"@fast"}},
+    {"nvmw.class", Cmd::kNvmwClass, -1, {"fast"}, 0, 0, 0, {"@fast", "@connection"}},
+    {"nvmw.stats", Cmd::kNvmwStats, 1, {"loading", "stale"}, 0, 0, 0, {"@slow"}},
 };
 
 std::string Lower(std::string_view s) {
@@ -109,22 +115,111 @@ std::string ErrorFor(const Status& s) {
   }
 }
 
-// One command's COMMAND INFO entry. Under RESP3 the flags and the four empty lists are
-// sets (~), as Redis 7 sends them.
+// One command's COMMAND INFO entry. Under RESP3 the flags, the categories and the three
+// empty lists are sets (~), as Redis 7 sends them.
 void AppendCommandEntry(std::string* out, const CommandSpec& c, bool resp3) {
+  auto append_set = [&](const auto& words) {
+    size_t n = 0;
+    for (std::string_view w : words) n += w.empty() ? 0 : 1;
+    resp::AppendSetHeader(out, n, resp3);
+    for (std::string_view w : words) {
+      if (!w.empty()) resp::AppendSimple(out, w);
+    }
+  };
   resp::AppendArrayHeader(out, 10);
   resp::AppendBulk(out, c.name);
   resp::AppendInteger(out, c.arity);
-  size_t nflags = 0;
-  for (std::string_view f : c.flags) nflags += f.empty() ? 0 : 1;
-  resp::AppendSetHeader(out, nflags, resp3);
-  for (std::string_view f : c.flags) {
-    if (!f.empty()) resp::AppendSimple(out, f);
-  }
+  append_set(c.flags);
   resp::AppendInteger(out, c.first_key);
   resp::AppendInteger(out, c.last_key);
   resp::AppendInteger(out, c.step);
-  for (int k = 0; k < 4; ++k) resp::AppendSetHeader(out, 0, resp3);  // ACL categories, tips, key specs, subcommands
+  append_set(c.categories);
+  for (int k = 0; k < 3; ++k) resp::AppendSetHeader(out, 0, resp3);  // tips, key specs, subcommands
+}
+
+// Redis's glob matching (util.c, stringmatchlen, as in Redis 7.0), so CONFIG GET and
+// COMMAND LIST FILTERBY PATTERN match what Redis matches: `*`, `?`, `[abc]`, `[^abc]`,
+// ranges `[a-z]` either way round, `\` taking the next character as it is (in a bracket
+// too). Not fnmatch's: `!` does not negate, a `[` left open closes at the pattern's end,
+// `[]` matches nothing. Bytes past either end read as NUL, as in the C strings Redis
+// matches; `nocase` folds ASCII letters.
+char ByteAt(std::string_view s, size_t i) { return i < s.size() ? s[i] : '\0'; }
+
+int Fold(char ch, bool nocase) {
+  int v = static_cast<signed char>(ch);  // Redis compares chars, signed
+  return nocase && v >= 'A' && v <= 'Z' ? v + ('a' - 'A') : v;
+}
+
+bool GlobMatchFrom(std::string_view pat, size_t pi, std::string_view str, size_t si, bool nocase,
+                   bool* skip_longer) {
+  const size_t pn = pat.size(), sn = str.size();
+  while (pi < pn && si < sn) {
+    switch (pat[pi]) {
+      case '*':
+        while (pi < pn && ByteAt(pat, pi + 1) == '*') ++pi;
+        if (pn - pi == 1) return true;
+        for (; si < sn; ++si) {
+          if (GlobMatchFrom(pat, pi + 1, str, si, nocase, skip_longer)) return true;
+          // The rest of the pattern matches nowhere in the rest of the string: a longer
+          // match for an earlier `*` cannot help (Redis's guard against exponential time).
+          if (*skip_longer) return false;
+        }
+        *skip_longer = true;
+        return false;
+      case '?':
+        ++si;
+        break;
+      case '[': {
+        ++pi;
+        const bool negate = ByteAt(pat, pi) == '^';
+        if (negate) ++pi;
+        bool match = false;
+        for (;; ++pi) {
+          if (ByteAt(pat, pi) == '\\' && pi + 2 <= pn) {
+            ++pi;
+            if (pat[pi] == str[si]) match = true;
+          } else if (ByteAt(pat, pi) == ']') {
+            break;
+          } else if (pi >= pn) {  // left open: the bracket ends with the pattern
+            --pi;
+            break;
+          } else if (pi + 3 <= pn && pat[pi + 1] == '-') {
+            int lo = static_cast<signed char>(pat[pi]), hi = static_cast<signed char>(pat[pi + 2]);
+            if (lo > hi) std::swap(lo, hi);
+            const int ch = Fold(str[si], nocase);
+            lo = Fold(static_cast<char>(lo), nocase);
+            hi = Fold(static_cast<char>(hi), nocase);
+            pi += 2;
+            if (ch >= lo && ch <= hi) match = true;
+          } else if (Fold(pat[pi], nocase) == Fold(str[si], nocase)) {
+            match = true;
+          }
+        }
+        if (negate) match = !match;
+        if (!match) return false;
+        ++si;
+        break;
+      }
+      case '\\':
+        if (pi + 2 <= pn) ++pi;
+        [[fallthrough]];
+      default:
+        if (Fold(pat[pi], nocase) != Fold(str[si], nocase)) return false;
+        ++si;
+        break;
+    }
+    ++pi;
+    if (si == sn) {
+      while (ByteAt(pat, pi) == '*') ++pi;
+      break;
+    }
+  }
+  return pi == pn && si == sn;
+}
+
+bool GlobMatch(std::string_view pattern, std::string_view str, bool nocase) {
+  bool skip_longer = false;
+  return GlobMatchFrom(pattern, 0, str, 0, nocase, &skip_longer);
 }
 
 void AppendJsonNumber(std::string* out, double v) {
@@ -774,8 +869,22 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
         });
         return;
       }
+      // The subcommands and their arities as Redis 7.0's (command|count and so on).
+      static constexpr std::pair<std::string_view, int> kSubcommands[] = {
+          {"count", 2}, {"docs", -2}, {"getkeys", -4}, {"help", 2}, {"info", -2}, {"list", -2},
+      };
       const std::string sub = Lower(args[1]);
-      if (sub == "count" && args.size() == 2) {
+      const auto* known = std::find_if(std::begin(kSubcommands), std::end(kSubcommands),
+                                       [&](const auto& s) { return s.first == sub; });
+      if (known == std::end(kSubcommands)) {
+        error("ERR unknown subcommand '" + args[1].substr(0, 128) + "'. Try COMMAND HELP.");
+        return;
+      }
+      if ((known->second > 0 && argc != known->second) || (known->second < 0 && argc < -known->second)) {
+        error("ERR wrong number of arguments for 'command|" + sub + "' command");
+        return;
+      }
+      if (sub == "count") {
         Send(c, [](std::string* out) { resp::AppendInteger(out, static_cast<int64_t>(std::size(kCommands))); });
       } else if (sub == "docs") {
         // No documentation to give: an empty reply makes redis-cli use its built-in help.
@@ -797,13 +906,92 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
             }
           }
         });
-      } else if (sub == "list" && args.size() == 2) {
-        Send(c, [](std::string* out) {
-          resp::AppendArrayHeader(out, std::size(kCommands));
-          for (const CommandSpec& s : kCommands) resp::AppendBulk(out, s.name);
+      } else if (sub == "list") {
+        // COMMAND LIST [FILTERBY MODULE name | ACLCAT category | PATTERN pattern], one
+        // filter at most, as Redis 7.0 parses it. No command belongs to a module.
+        enum class Filter { kNone, kModule, kAclCat, kPattern } filter = Filter::kNone;
+        std::string_view filter_arg;
+        for (size_t i = 2; i < args.size(); i += 3) {
+          const std::string type = i + 1 < args.size() ? Lower(args[i + 1]) : std::string();
+          if (Lower(args[i]) != "filterby" || args.size() - 1 - i != 2) {
+            error("ERR syntax error");
+            return;
+          }
+          if (type == "module") {
+            filter = Filter::kModule;
+          } else if (type == "aclcat") {
+            filter = Filter::kAclCat;
+          } else if (type == "pattern") {
+            filter = Filter::kPattern;
+          } else {
+            error("ERR syntax error");
+            return;
+          }
+          filter_arg = args[i + 2];
+        }
+        std::vector<std::string_view> names;
+        for (const CommandSpec& s : kCommands) {
+          bool keep = true;
+          if (filter == Filter::kModule) {
+            keep = false;
+          } else if (filter == Filter::kAclCat) {  // the category without its '@', any case
+            keep = std::any_of(s.categories.begin(), s.categories.end(), [&](std::string_view cat) {
+              return !cat.empty() && EqualsNoCase(cat.substr(1), filter_arg);
+            });
+          } else if (filter == Filter::kPattern) {
+            keep = GlobMatch(filter_arg, s.name, true);
+          }
+          if (keep) names.push_back(s.name);
+        }
+        Send(c, [&](std::string* out) {
+          resp::AppendArrayHeader(out, names.size());
+          for (std::string_view n : names) resp::AppendBulk(out, n);
         });
-      } else {
-        error("ERR unknown subcommand '" + args[1].substr(0, 128) + "'. Try COMMAND HELP.");
+      } else if (sub == "getkeys") {
+        // The keys of a full command, from the table's key positions; the errors Redis
+        // gives, in its order.
+        std::vector<std::string>::const_iterator first = args.begin() + 2;
+        const CommandSpec* s = Find(*first);
+        const int n = argc - 2;
+        if (s == nullptr) {
+          error("ERR Invalid command specified");
+        } else if (s->first_key == 0) {
+          error("ERR The command has no key arguments");
+        } else if ((s->arity > 0 && n != s->arity) || (s->arity < 0 && n < -s->arity)) {
+          error("ERR Invalid number of arguments specified for command");
+        } else {
+          const int last = s->last_key < 0 ? n + s->last_key : s->last_key;
+          Send(c, [&](std::string* out) {
+            resp::AppendArrayHeader(out, (last - s->first_key) / s->step + 1);
+            for (int i = s->first_key; i <= last; i += s->step) resp::AppendBulk(out, first[i]);
+          });
+        }
+      } else {  // help
+        static constexpr std::string_view kHelp[] = {
+            "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "(no subcommand)",
+            "    Return details about all Redis commands.",
+            "COUNT",
+            "    Return the total number of commands in this Redis server.",
+            "LIST",
+            "    Return a list of all commands in this Redis server.",
+            "INFO [<command-name> ...]",
+            "    Return details about multiple Redis commands.",
+            "    If no command names are given, documentation details for all",
+            "    commands are returned.",
+            "DOCS [<command-name> ...]",
+            "    Return documentation details about multiple Redis commands.",
+            "    If no command names are given, documentation details for all",
+            "    commands are returned.",
+            "GETKEYS <full-command>",
+            "    Return the keys from a full Redis command.",
+            "HELP",
+            "    Prints this help.",
+        };
+        Send(c, [&](std::string* out) {
+          resp::AppendArrayHeader(out, std::size(kHelp));
+          for (std::string_view line : kHelp) resp::AppendSimple(out, line);
+        });
       }
       return;
     }

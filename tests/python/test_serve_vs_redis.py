@@ -185,6 +185,27 @@ CORPUS = {
     "command info of unknown names": [cmd("COMMAND", "INFO", "nosuch"), cmd("COMMAND", "INFO", "nosuch", "")],
     "client name": [cmd("CLIENT", "GETNAME"), cmd("CLIENT", "SETNAME", "n1"), cmd("CLIENT", "GETNAME"),
                     cmd("CLIENT", "SETNAME", "a b"), cmd("CLIENT", "GETNAME")],
+    "command subcommands: errors": [cmd("COMMAND", "COUNT", "x"), cmd("COMMAND", "HELP", "x"), cmd("COMMAND", "LIST", "x"),
+                                    cmd("COMMAND", "LIST", "FILTERBY"), cmd("COMMAND", "LIST", "FILTERBY", "PATTERN"),
+                                    cmd("COMMAND", "LIST", "FILTERBY", "PATTERN", "g*", "x"),
+                                    cmd("COMMAND", "LIST", "FILTERBY", "NAME", "get"),
+                                    cmd("COMMAND", "LIST", "FILTERBY", "MODULE", "m", "FILTERBY", "ACLCAT", "read"),
+                                    cmd("COMMAND", "NOSUCH"), cmd("COMMAND", ""), cmd("COMMAND", "GETKEYS", "get")],
+    "command list filtered": [cmd("COMMAND", "LIST", "FILTERBY", "PATTERN", "get"),
+                              cmd("COMMAND", "LIST", "filterby", "pattern", "GeT"),
+                              cmd("COMMAND", "LIST", "FILTERBY", "PATTERN", "nosuch*"),
+                              cmd("COMMAND", "LIST", "FILTERBY", "PATTERN", "[!e]cho"),
+                              cmd("COMMAND", "LIST", "FILTERBY", "MODULE", "m"),
+                              cmd("COMMAND", "LIST", "FILTERBY", "ACLCAT", "@read"),
+                              cmd("COMMAND", "LIST", "FILTERBY", "ACLCAT", "nosuch")],
+    "command info: entries without tips or key specs": [
+        cmd("COMMAND", "INFO", "echo", "select", "quit", "auth", "hello"), cmd("HELLO", "3"),
+        cmd("COMMAND", "INFO", "ECHO", "Select", "quit", "auth", "hello", "nosuch"),
+        cmd("COMMAND", "LIST", "FILTERBY", "PATTERN", "get"), cmd("COMMAND", "GETKEYS", "get", "k")],
+    "command getkeys": [cmd("COMMAND", "GETKEYS", "get", "k"), cmd("COMMAND", "GETKEYS", "GET", "k", "x"),
+                        cmd("COMMAND", "GETKEYS", "mset", "a", "1", "b", "2"), cmd("COMMAND", "GETKEYS", "mset", "a", "1", "b"),
+                        cmd("COMMAND", "GETKEYS", "del", "a", "b", "c"), cmd("COMMAND", "GETKEYS", "ping", "x"),
+                        cmd("COMMAND", "GETKEYS", "nosuch", "k"), cmd("COMMAND", "GETKEYS", "set", "k")],
     "config get": [cmd("CONFIG", "GET", "appendonly"), cmd("CONFIG", "GET", "save"), cmd("CONFIG", "GET")],
     "config get names": [cmd("CONFIG", "GET", "APPENDONLY"), cmd("CONFIG", "GET", "Save"),
                          cmd("CONFIG", "GET", "appendonly", "APPENDONLY"), cmd("CONFIG", "GET", b"save\x00x"),
@@ -223,6 +244,63 @@ def test_command_info_without_names_lists_every_command(ports):
         assert info.startswith(b"*%s\r\n" % count[1:-2]), (port, count, info[:40])
 
 
+def parse(frame: bytes):
+    """A RESP2 frame as Python values: bulks and simple strings as bytes, errors as Exception."""
+    def value(pos):
+        end = frame.index(b"\r\n", pos)
+        kind, head, nxt = frame[pos:pos + 1], frame[pos + 1:end], end + 2
+        if kind == b"+":
+            return head, nxt
+        if kind == b"-":
+            return Exception(head.decode()), nxt
+        if kind == b":":
+            return int(head), nxt
+        if kind == b"$":
+            n = int(head)
+            return (None, nxt) if n < 0 else (frame[nxt:nxt + n], nxt + n + 2)
+        assert kind == b"*", frame[pos:pos + 40]
+        items = []
+        for _ in range(max(int(head), 0)):
+            item, nxt = value(nxt)
+            items.append(item)
+        return (None if int(head) < 0 else items), nxt
+    out, end = value(0)
+    assert end == len(frame)
+    return out
+
+
+def test_command_entries_as_redis(ports):
+    """Name, arity, flags, key positions and ACL categories of every command nvmw has and
+    Redis has too are Redis's (tips, key specs and subcommands are not given)."""
+    redis_port, nvmw_port = ports
+    names = parse(exchange(nvmw_port, [cmd("COMMAND", "LIST")])[0])
+    ours = dict(zip(names, parse(exchange(nvmw_port, [cmd("COMMAND", "INFO", *names)])[0])))
+    theirs = dict(zip(names, parse(exchange(redis_port, [cmd("COMMAND", "INFO", *names)])[0])))
+    assert {n for n, e in theirs.items() if e is None} == {b"nvmw.class", b"nvmw.stats"}
+    for name, entry in ours.items():
+        assert entry[7:] == [[], [], []], name
+        if theirs[name] is not None:
+            assert entry[:7] == theirs[name][:7], name
+
+
+@pytest.mark.parametrize("filterby", [(), ("PATTERN", "*"), ("PATTERN", "?et"), ("PATTERN", "[gs]et"),
+                                      ("PATTERN", "[^g]et"), ("PATTERN", "m*"), ("PATTERN", "*S*"),
+                                      ("PATTERN", "c[o-z]*"), ("PATTERN", "[z-a]*"), ("PATTERN", "GE\\T"),
+                                      ("PATTERN", "[]g]et"), ("PATTERN", "get["), ("PATTERN", "[ge"),
+                                      ("PATTERN", "*.*"), ("ACLCAT", "connection"), ("ACLCAT", "Read"),
+                                      ("ACLCAT", "string"), ("ACLCAT", "slow")])
+def test_command_list_as_redis(ports, filterby):
+    """COMMAND LIST [FILTERBY ...] names the commands nvmw has of those Redis names (Redis
+    lists more, subcommands too, in an order of its own); nvmw.* only for patterns."""
+    redis_port, nvmw_port = ports
+    everything = set(parse(exchange(nvmw_port, [cmd("COMMAND", "LIST")])[0]))
+    steps = [cmd("COMMAND", "LIST", *(("FILTERBY",) + filterby if filterby else ()))]
+    ours = parse(exchange(nvmw_port, steps)[0])
+    assert len(ours) == len(set(ours))
+    theirs = set(parse(exchange(redis_port, steps)[0]))
+    assert {n for n in ours if not n.startswith(b"nvmw.")} == theirs & everything
+
+
 # The documented differences: the request, nvmw's exact reply, and the docs' words for it.
 DIFFERENCES = {
     "keys nvmw cannot hold": (  # refused whole, no pair written; the DEL leaves Redis as it was
@@ -247,7 +325,10 @@ DIFFERENCES = {
                                       [b"-ERR Syntax error in HELLO option 'junk'\r\n", b"$-1\r\n"],
                                       "`HELLO` with `SETNAME` sets the name only when the whole command succeeds"),
     "command entries": ([cmd("COMMAND", "INFO", "client|setname")], [b"*1\r\n$-1\r\n"],
-                        "(`COMMAND INFO client|setname` is a null)"),
+                        "`COMMAND INFO client|setname` is a null, and `COMMAND LIST` names no subcommand"),
+    "command getkeysandflags": ([cmd("COMMAND", "GETKEYSANDFLAGS", "get", "k")],
+                                [b"-ERR unknown subcommand 'GETKEYSANDFLAGS'. Try COMMAND HELP.\r\n"],
+                                "`COMMAND GETKEYSANDFLAGS` is an unknown subcommand"),
     "unknown commands": ([cmd("FLUSHALL", "x")],
                          [b"-ERR unknown command 'FLUSHALL', with args beginning with: 'x' \r\n"],
                          "Redis answers `FLUSHALL x` with a syntax error"),

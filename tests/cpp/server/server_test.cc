@@ -349,20 +349,20 @@ TEST_F(ServerTest, IntegerArgumentsParseAsInRedis) {
 }
 
 // COMMAND INFO without names describes every command (as COMMAND does); an unknown name
-// is a null, the bulk null of RESP2 ($-1) as in Redis 7. Under RESP3 an entry's flags and
-// its empty lists are sets (~), as Redis 7 sends them.
+// is a null, the bulk null of RESP2 ($-1) as in Redis 7. Under RESP3 an entry's flags, its
+// ACL categories and its empty lists are sets (~), as Redis 7 sends them.
 TEST_F(ServerTest, CommandInfo) {
   StartAll();
   Client c(port());
   EXPECT_EQ(c.Cmd({"COMMAND", "INFO"}), c.Cmd({"COMMAND"}));
   EXPECT_EQ(c.Cmd({"COMMAND", "INFO", "GET", "nosuch"}),
             "*2\r\n*10\r\n$3\r\nget\r\n:2\r\n*2\r\n+readonly\r\n+fast\r\n:1\r\n:1\r\n:1\r\n"
-            "*0\r\n*0\r\n*0\r\n*0\r\n$-1\r\n");
+            "*3\r\n+@read\r\n+@string\r\n+@fast\r\n*0\r\n*0\r\n*0\r\n$-1\r\n");
   ASSERT_EQ(c.Cmd({"HELLO", "3"}).rfind("%7\r\n", 0), 0u);
   EXPECT_EQ(c.Cmd({"COMMAND", "INFO", "nosuch"}), "*1\r\n_\r\n");
   EXPECT_EQ(c.Cmd({"COMMAND", "INFO", "get"}),
             "*1\r\n*10\r\n$3\r\nget\r\n:2\r\n~2\r\n+readonly\r\n+fast\r\n:1\r\n:1\r\n:1\r\n"
-            "~0\r\n~0\r\n~0\r\n~0\r\n");
+            "~3\r\n+@read\r\n+@string\r\n+@fast\r\n~0\r\n~0\r\n~0\r\n");
   EXPECT_NE(c.Cmd({"COMMAND"}).find("\r\n*10\r\n$3\r\nget\r\n:2\r\n~2\r\n"), std::string::npos);
 }
 
