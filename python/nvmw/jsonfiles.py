@@ -78,6 +78,27 @@ def open_output(path: "str | os.PathLike", mode: str = "w", **kwargs: Any) -> It
             yield fh
 
 
+def remove_stale(directory: "str | os.PathLike", owned: "list[str] | tuple[str, ...]",
+                 written: "list[str] | tuple[str, ...]") -> list:
+    """Remove from `directory` the files a command owns there (`owned`, names) that this
+    run did not write (`written`): a previous run's eval.png or summary.json left beside
+    this run's other files would read as this run's. Other names, and a directory under an
+    owned name, are left alone. Returns the names removed, in `owned` order."""
+    removed = []
+    for name in owned:
+        if name in written:
+            continue
+        path = os.path.join(directory, name)
+        try:
+            if stat.S_ISDIR(os.stat(path, follow_symlinks=False).st_mode):
+                continue
+            os.remove(path)
+        except FileNotFoundError:
+            continue
+        removed.append(name)
+    return removed
+
+
 class _Repeated(Exception):
     def __init__(self, keys: list):
         super().__init__(keys)
@@ -108,4 +129,4 @@ def load(path: "str | os.PathLike", what: str) -> Any:
                          f"{', '.join(map(repr, e.keys))} given more than once in one object") from None
 
 
-__all__ = ["load", "open_input", "open_output", "replacing"]
+__all__ = ["load", "open_input", "open_output", "remove_stale", "replacing"]

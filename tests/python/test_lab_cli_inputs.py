@@ -103,3 +103,36 @@ def test_an_agent_output_with_no_place_for_its_policy_file_is_refused(tmp_path, 
     os.mkfifo(fifo)
     assert main([a.format(f=fifo, d=tmp_path) for a in argv]) == 1
     _one_error_line(capsys, f"{option} {fifo}: not a regular file", "policy file")
+
+
+# --- output directories holding an earlier run's files -------------------------------
+
+def test_sweep_removes_its_own_files_this_run_did_not_write(tmp_path, capsys):
+    # Was: sweep.png of the earlier run stayed beside this run's sweep.csv and summary.json
+    # (with --no-plot), read as this run's plot.
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "sweep.png").write_bytes(b"an earlier run's plot")
+    (out / "notes.txt").write_text("the user's own")
+    assert main(["sweep", "--grid-i", "1", "--grid-b", "1", "--reps", "1", "--duration", "0.1", "--clients", "2",
+                 "--records", "100", "--no-plot", "-o", str(out)]) == 0
+    assert sorted(os.listdir(out)) == ["notes.txt", "summary.json", "sweep.csv"]
+    err = capsys.readouterr().err
+    assert f"removed sweep.png of an earlier run from {out}" in err
+
+
+def test_evaluate_outputs_remove_their_own_files_this_run_did_not_write(tmp_path, capsys):
+    # Was: a run written without its plot (after Ctrl-C) left the earlier run's eval.png
+    # beside its own eval.md and run.json.
+    from nvmw.lab.evaluation import write_outputs
+
+    out = tmp_path / "out"
+    assert main(["evaluate", "--env", "synthetic", "--steps", "4", "--switch-every", "2",
+                 "--controllers", "none", "fixed:5,5", "--out", str(out)]) == 0
+    assert (out / "eval.png").exists()
+    (out / "notes.txt").write_text("the user's own")
+    data = {name: json.loads((out / f"{name}.json").read_text()) for name in ("eval", "run", "traces")}
+    lines: list = []
+    write_outputs(data["eval"], data["traces"], data["run"], out, 2, plot=False, progress=lines.append)
+    assert sorted(os.listdir(out)) == ["eval.json", "eval.md", "notes.txt", "run.json", "traces.json"]
+    assert lines == [f"removed eval.png of an earlier run from {out} (not written by this one)"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 from nvmw.commands import SUMMARIES
 from nvmw.commands._args import check_beside, check_output_dir, check_output_file, positive_int
@@ -56,7 +57,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "so not a device or FIFO)")
     p.add_argument("--oracle", default=None, help="oracle table JSON from `nvmw calibrate` (default: shipped)")
     p.add_argument("--fixed", type=positive_int, nargs=2, default=None, metavar=("I", "B"), help=argparse.SUPPRESS)
-    p.add_argument("--out", default="nvmw-eval", help="output directory (default %(default)s)")
+    p.add_argument("--out", default="nvmw-eval", help="output directory (default %(default)s). The run's files "
+                   "there (eval.json, run.json, eval.md, eval.png, traces.json) replace an earlier run's, and one it "
+                   "does not write (eval.png after Ctrl-C) is removed, saying so; other files are left alone")
     p.set_defaults(func=run)
 
 
@@ -70,6 +73,10 @@ def _lineup(args) -> list:
         if names == list(DEFAULT_LINEUP):
             names = [new if n == "fixed:15,15" else n for n in names]
     return names
+
+
+def _say(line: str) -> None:
+    print(f"nvmw evaluate: {line}", file=sys.stderr, flush=True)
 
 
 def run(args) -> int:
@@ -103,10 +110,10 @@ def run(args) -> int:
         summaries, traces, header = e.partial
         if not traces:
             raise Interrupted(f"{e.note}; nothing written") from None
-        paths = write_outputs(summaries, traces, header, args.out, args.switch_every, plot=False)
+        paths = write_outputs(summaries, traces, header, args.out, args.switch_every, plot=False, progress=_say)
         raise Interrupted(f"{e.note}; partial results in {args.out}: "
                           + ", ".join(os.path.basename(p) for p in paths.values())) from None
-    paths = write_outputs(summaries, traces, header, args.out, args.switch_every)
+    paths = write_outputs(summaries, traces, header, args.out, args.switch_every, progress=_say)
     if args.save_agent:
         for c in controllers:
             if isinstance(c, OnlineAgentController):

@@ -28,7 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sweep", help=SUMMARIES["sweep"],
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-o", "--out", default="sweep-out", help="output directory (default %(default)s)")
+    p.add_argument("-o", "--out", default="sweep-out", help="output directory (default %(default)s). The run's "
+                   "files there (sweep.csv, summary.json, sweep.png) replace an earlier run's, and one it does not "
+                   "write (sweep.png with --no-plot, summary.json after an early Ctrl-C) is removed, saying so; "
+                   "other files are left alone")
     p.add_argument("--quick", action="store_true",
                    help="3x3 grid (I,B in 1,4,32), 2 reps of 2.5 s: under 3 minutes on 2 cores")
     p.add_argument("--grid-i", type=_int_list, default=None,

@@ -622,14 +622,20 @@ def plot_traces(traces: Mapping[str, Mapping[str, list]], path: str | os.PathLik
     plt.close(fig)
 
 
+#: The files `write_outputs` writes in its directory, by key of the paths it returns.
+OUTPUT_FILES = {"json": "eval.json", "run": "run.json", "markdown": "eval.md", "png": "eval.png",
+                "traces": "traces.json"}
+
+
 def write_outputs(summaries: Mapping, traces: Mapping, header: Mapping[str, Any], out_dir: str | os.PathLike,
-                  switch_every: int, *, plot: bool = True) -> dict[str, str]:
+                  switch_every: int, *, plot: bool = True,
+                  progress: Callable[[str], None] | None = None) -> dict[str, str]:
     """Writes eval.json ({controller: summary}), run.json (machine, device, window, SLA...),
-    eval.md, eval.png (unless `plot` is False) and traces.json (per-step columns) in out_dir."""
+    eval.md, eval.png (unless `plot` is False) and traces.json (per-step columns) in out_dir,
+    replacing those of an earlier run; one of them this run does not write (eval.png
+    without `plot`) is removed, saying so through `progress`. Other files are left alone."""
     os.makedirs(out_dir, exist_ok=True)
-    paths = {k: os.path.join(out_dir, f) for k, f in (("json", "eval.json"), ("run", "run.json"), ("markdown", "eval.md"),
-                                                        ("png", "eval.png"), ("traces", "traces.json"))
-             if k != "png" or plot}
+    paths = {k: os.path.join(out_dir, f) for k, f in OUTPUT_FILES.items() if k != "png" or plot}
     with jsonfiles.open_output(paths["json"], encoding="utf-8") as fh:
         json.dump(summaries, fh, indent=2)
     with jsonfiles.open_output(paths["run"], encoding="utf-8") as fh:
@@ -641,4 +647,8 @@ def write_outputs(summaries: Mapping, traces: Mapping, header: Mapping[str, Any]
     if plot:
         plot_traces(traces, paths["png"], switch_every,
                     title=", ".join(f"{k}: {v}" for k, v in header.items() if k in ("device", "window_s", "sla", "cores")))
+    removed = jsonfiles.remove_stale(out_dir, tuple(OUTPUT_FILES.values()),
+                                     tuple(os.path.basename(p) for p in paths.values()))
+    if removed and progress is not None:
+        progress(f"removed {', '.join(removed)} of an earlier run from {os.fspath(out_dir)} (not written by this one)")
     return paths

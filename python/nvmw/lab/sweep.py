@@ -267,7 +267,22 @@ def run_sweep(config: Optional[SweepConfig] = None,
         summary["files"] = {k: os.path.join(cfg.out_dir, v) for k, v in
                             (("csv", "sweep.csv"), ("json", "summary.json"), ("png", "sweep.png"))
                             if k != "png" or cfg.plot}
+        _remove_stale(cfg, [os.path.basename(p) for p in summary["files"].values()], say)
     return summary
+
+
+#: The files a sweep writes in its output directory.
+OUTPUT_FILES = ("sweep.csv", "summary.json", "sweep.png")
+
+
+def _remove_stale(cfg: SweepConfig, written: list, say: Callable[[str], None]) -> list:
+    """Remove the sweep files of an earlier run in cfg.out_dir that this run did not write
+    (sweep.png without a plot, summary.json after an early Ctrl-C), saying so; they would
+    read as this run's. Other files are left alone."""
+    removed = jsonfiles.remove_stale(cfg.out_dir, OUTPUT_FILES, written)
+    if removed:
+        say(f"removed {', '.join(removed)} of an earlier run from {cfg.out_dir} (not written by this one)")
+    return removed
 
 
 def _interrupted(cfg: SweepConfig, rows: list, per_config: list, planned: int, t_start: float) -> None:
@@ -289,8 +304,10 @@ def _interrupted(cfg: SweepConfig, rows: list, per_config: list, planned: int, t
         with jsonfiles.open_output(os.path.join(cfg.out_dir, "summary.json")) as f:
             json.dump(summary, f, indent=2, sort_keys=True)
         written.append("summary.json")
+    removed = jsonfiles.remove_stale(cfg.out_dir, OUTPUT_FILES, written)
     raise Interrupted(f"wrote the {len(rows)} finished repetitions ({len(per_config)} of {planned} "
-                      f"configurations complete) to {cfg.out_dir}: {', '.join(written)}", partial=summary)
+                      f"configurations complete) to {cfg.out_dir}: {', '.join(written)}"
+                      + (f"; removed {', '.join(removed)} of an earlier run" if removed else ""), partial=summary)
 
 
 def summarize(cfg: SweepConfig, per_config: list) -> dict:
