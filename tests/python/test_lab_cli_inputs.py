@@ -136,3 +136,57 @@ def test_evaluate_outputs_remove_their_own_files_this_run_did_not_write(tmp_path
     write_outputs(data["eval"], data["traces"], data["run"], out, 2, plot=False, progress=lines.append)
     assert sorted(os.listdir(out)) == ["eval.json", "eval.md", "notes.txt", "run.json", "traces.json"]
     assert lines == [f"removed eval.png of an earlier run from {out} (not written by this one)"]
+
+
+# --- numbers as the rest of the project writes them ---------------------------------
+
+@pytest.mark.parametrize("argv, option", [
+    (["ycsb", "--ops", "1_000"], "--ops"),
+    (["ycsb", "--threads", "+5"], "--threads"),
+    (["ycsb", "--threads", " 5"], "--threads"),
+    (["ycsb", "--threads", "\u0665"], "--threads"),  # ARABIC-INDIC DIGIT FIVE: int() reads 5
+    (["run-phase", "1", "--seed", "+1"], "--seed"),
+    (["run-phase", "1", "--duration", "+5"], "--duration"),
+    (["run-phase", "1", "--duration", "1_0"], "--duration"),
+    (["evaluate", "--steps", "4_0"], "--steps"),
+    (["calibrate", "--phases", "+1", "--out", "x.toml"], "--phases"),
+    (["sweep", "--grid-i", "+1,2"], "--grid-i"),
+    (["sweep", "--grid-b", "1_0"], "--grid-b"),
+    (["sim", "run", "--windows", "1_0"], "--windows"),
+])
+def test_numbers_python_alone_reads_are_usage_errors(capsys, argv, option):
+    # Was: read as int() and float() read them (1000, 5, 10), where the core's parsers
+    # and the docs take plain decimal digits with an optional '-'.
+    with pytest.raises(SystemExit) as e:
+        build_parser(argv[0]).parse_args(argv)
+    assert e.value.code == 2
+    assert f"argument {option}: " in capsys.readouterr().err
+
+
+def test_numbers_in_the_usual_spelling_still_parse():
+    args = build_parser("run-phase").parse_args(["run-phase", "1", "--seed", "7", "--duration", "1e1",
+                                                  "--rate-scale", ".5", "--window", "0.25"])
+    assert (args.seed, args.duration, args.rate_scale, args.window) == (7, 10.0, 0.5, 0.25)
+    assert build_parser("sweep").parse_args(["sweep", "--grid-i", "1,2,32"]).grid_i == (1, 2, 32)
+
+
+@pytest.mark.parametrize("argv", [["sim", "run", "--windows", "+3"], ["sim", "run", "--seed", "1_0"],
+                                  ["sim", "run", "--window", "+0.1"]])
+def test_sim_run_fast_path_leaves_such_numbers_to_the_parser(capsys, argv):
+    # Was: the fast path of `sim run` read them with int() and float() and ran.
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    assert "argument --" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, code", [
+    (["sim", "run", "--windows", "2", "--controller", "fixed:+5,5"], 1),
+    (["sim", "run", "--windows", "2", "--controller", "fixed:1_0,5"], 1),
+    (["sim", "run", "--windows", "2", "--controller", "fixed:\u0661,5"], 1),
+    (["run-phase", "1", "--duration", "0.1", "--window", "0.1", "--controller", "fixed:+5,5"], 2),
+])
+def test_fixed_controller_threads_are_decimal_digits(capsys, argv, code):
+    # Was: fixed:+5,5 and fixed:1_0,5 ran I5/B5 and I10/B5; `sim run` took fixed:١,5 as fixed:1,5.
+    assert main(argv) == code
+    _one_error_line(capsys, "fixed controller wants 'fixed:I,B'")

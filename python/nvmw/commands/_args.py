@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -175,8 +176,22 @@ def pool_config(args) -> tuple[bool, int, int]:
 
 _INT64_MAX = (1 << 63) - 1
 
+#: How numbers are written on the command line, as the core's parsers (std::from_chars)
+#: and the docs take them: ASCII decimal digits with an optional leading '-' (the range
+#: then says whether a negative value makes sense); a number may have a fraction and an
+#: exponent, or be inf or nan (refused by the range). Python's int() and float() also
+#: take "1_000", "+5", " 5 " and other scripts' digits ("٥"), which the rest of the
+#: project refuses.
+_INT_TEXT = re.compile(r"-?[0-9]+")
+_FLOAT_TEXT = re.compile(r"-?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|inf|infinity|nan)",
+                         re.IGNORECASE)
+
 
 def _number(kind, text: str, lo, hi, what: str):
+    if not (_INT_TEXT if kind is int else _FLOAT_TEXT).fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an integer (decimal digits, optionally after '-')" if kind is int else
+            f"{text!r} is not a number (decimal digits with an optional point and exponent, optionally after '-')")
     try:
         value = kind(text)
     except ValueError:

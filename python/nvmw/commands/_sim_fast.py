@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from typing import Any, Callable, Optional
 
@@ -17,6 +18,8 @@ from nvmw.rl.policy import check_layout, load_beside
 from nvmw.rl.simrun import run_greedy, run_static, static_config
 
 _INT64_MAX = (1 << 63) - 1
+_INT_TEXT = re.compile(r"[0-9]+")
+_FLOAT_TEXT = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 _DEFAULTS = {"phase": "1", "controller": "fixed:15,15", "windows": "10", "window": "0.1",
              "device": "optane-1dimm", "params": None, "seed": "0"}
 
@@ -42,11 +45,13 @@ def parse(words: list) -> Optional[Callable[[], int]]:
             k += 1
         opts[name[2:]] = value
         k += 1
-    try:
-        phase, windows, seed = int(opts["phase"]), int(opts["windows"]), int(opts["seed"])
-        window = float(opts["window"])
-    except ValueError:
+    # Numbers as the full parser takes them (its errors name them): int() and float() also
+    # take "1_000", "+5" and " 5", which it refuses.
+    if not all(_INT_TEXT.fullmatch(opts[k]) for k in ("phase", "windows", "seed")) \
+            or not _FLOAT_TEXT.fullmatch(opts["window"]):
         return None
+    phase, windows, seed = int(opts["phase"]), int(opts["windows"]), int(opts["seed"])
+    window = float(opts["window"])
     # The full parser's bounds (its errors name them): a seed past 2^63-1 ran here, reduced
     # to another seed without a word.
     if not (1 <= phase <= _INT64_MAX and 1 <= windows <= _INT64_MAX and 0 <= seed <= _INT64_MAX

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 from nvmw.commands import SUMMARIES
@@ -21,10 +22,9 @@ SIZE_RANGE = f"between {MIN_POOL_BYTES} (8 MiB) and {MAX_POOL_BYTES} (2^63-1)"
 def _salvage_size(text: str) -> int:
     """argparse type of --salvage-size: int_in's words, with both ends of the range named
     (int_in leaves out an upper end of 2^63-1)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not re.fullmatch(r"-?[0-9]+", text):  # as int_in: not "1_000", "+5" or " 5"
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
+    value = int(text)
     if not MIN_POOL_BYTES <= value <= MAX_POOL_BYTES:
         raise argparse.ArgumentTypeError(f"{text} is out of range: must be {SIZE_RANGE}")
     return value

@@ -4,6 +4,7 @@ replay; writes sweep.csv, summary.json and sweep.png."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from nvmw.commands import SUMMARIES
@@ -13,10 +14,9 @@ from nvmw.lab.sweep import SweepConfig, quick_config, run_sweep
 
 
 def _int_list(text: str) -> tuple:
-    try:
-        values = tuple(int(v) for v in text.split(","))
-    except ValueError:
+    if not re.fullmatch(r"-?[0-9]+(?:,-?[0-9]+)*", text):  # as int_in takes each: not "1_000" or "+5"
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    values = tuple(int(v) for v in text.split(","))
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
     if len(set(values)) != len(values):

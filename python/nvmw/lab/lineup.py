@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
@@ -92,10 +93,10 @@ def _fixed(arg: str, ctx: ControllerContext) -> Controller:
         i, b = ctx.fixed
         deprecated("fixed", f"fixed:{i},{b}")
         return Fixed(i, b)
-    try:
-        i, b = (int(x) for x in arg.split(","))
-    except ValueError:
-        raise ValueError(f"fixed controller wants 'fixed:I,B' (e.g. fixed:10,10), got 'fixed:{arg}'") from None
+    # Decimal digits only, as everywhere else: int() also takes "+5", "1_0" and " 5".
+    if not re.fullmatch(r"-?[0-9]+,-?[0-9]+", arg):
+        raise ValueError(f"fixed controller wants 'fixed:I,B' (e.g. fixed:10,10), got 'fixed:{arg}'")
+    i, b = (int(x) for x in arg.split(","))
     return Fixed(i, b)
 
 

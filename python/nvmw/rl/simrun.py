@@ -135,7 +135,7 @@ _STATE_STAT_KEYS = {"threads": "threads", "queue_size": "queue_len_end", "block_
 _STATE_FEATURES = tuple((cls, feature) for cls, _, feature in (n.partition("_") for n in _core.STATE_NAMES))
 _STATE_HIGH = {"queue_size": 1e9, "block_size": 2.0**32, "write_ratio": 1.0}
 
-_FIXED = re.compile(r"fixed:(\d+),(\d+)")
+_FIXED = re.compile(r"fixed:([0-9]+),([0-9]+)")  # ASCII digits: \d also matches other scripts' ("١")
 
 #: The monitor windows the environments take, s: the middleware's own range (it refuses
 #: others). The simulator is held to it too: a window of a few microseconds of virtual
