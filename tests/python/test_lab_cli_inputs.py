@@ -190,3 +190,29 @@ def test_fixed_controller_threads_are_decimal_digits(capsys, argv, code):
     # Was: fixed:+5,5 and fixed:1_0,5 ran I5/B5 and I10/B5; `sim run` took fixed:١,5 as fixed:1,5.
     assert main(argv) == code
     _one_error_line(capsys, "fixed controller wants 'fixed:I,B'")
+
+
+# --- RL helpers ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["real", "sim"])
+@pytest.mark.parametrize("warmup", [-1, -5, 2.5, float("nan"), float("inf"), True, "1", None])
+def test_envs_refuse_a_warmup_that_is_not_a_count(kind, warmup):
+    # Was: -1 discarded no window without a word (range() of a negative count), 2.5 two.
+    from nvmw.rl.envs import RealEnv
+    from nvmw.rl.sim import SimEnv
+
+    env_class = RealEnv if kind == "real" else SimEnv
+    with pytest.raises(ValueError, match=r"warmup_windows must be an integer >= 0, got "):
+        env_class(1, window_s=0.1, warmup_windows=warmup)
+
+
+@pytest.mark.parametrize("kind", ["real", "sim"])
+def test_envs_take_a_warmup_count(kind):
+    from nvmw.rl.envs import RealEnv
+    from nvmw.rl.sim import SimEnv
+
+    env_class = RealEnv if kind == "real" else SimEnv
+    for warmup in (0, 3, 2.0):
+        env = env_class(1, window_s=0.1, warmup_windows=warmup)
+        assert env.warmup_windows == int(warmup) and isinstance(env.warmup_windows, int)
+        env.close()

@@ -32,6 +32,16 @@ from nvmw.rl.simrun import check_window_s
 from nvmw.workloads.phases import DEFAULT_PHASES, Phase, PhaseWorkload, list_phases, load_phase
 
 
+def check_warmup_windows(warmup_windows: Any) -> int:
+    """`warmup_windows` as an int; ValueError unless it is a whole number >= 0 (a negative
+    count used to discard no window without a word, 2.5 to discard two)."""
+    w = warmup_windows
+    if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(w) or int(w) != w or w < 0:
+        raise ValueError(f"warmup_windows must be an integer >= 0, got {warmup_windows!r}")
+    return int(warmup_windows)
+
+
 class ControlEnv(gym.Env):
     """Shared logic: spaces, seeding, thread bookkeeping, reward, info, truncation.
 
@@ -217,7 +227,7 @@ class RealEnv(ControlEnv):
         self.engine = engine
         self.path = path
         self.device = device or "none"
-        self.warmup_windows = int(warmup_windows)
+        self.warmup_windows = check_warmup_windows(warmup_windows)
         self.window_timeout_s = window_timeout_s or max(5.0, 20 * window_s)
         self.rate_scale = float(rate_scale)
         self.mw = None
