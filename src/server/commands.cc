@@ -2,7 +2,6 @@
 // (names, arity, flags as COMMAND reports them), authentication, the connection and
 // introspection commands answered on the io thread, and the key commands, which become
 // middleware requests submitted with SubmitOrRun one key after the other.
-#include <fnmatch.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -1015,22 +1014,32 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
           {"protected-mode", options.protected_mode ? "yes" : "no"},
           {"proto-max-bulk-len", std::to_string(options.max_bulk_bytes)},
           {"maxmemory", "0"},
+          {"maxmemory-policy", "noeviction"},  // a full store refuses writes (-OOM), evicts nothing
           {"timeout", "0"},
           {"io-threads", std::to_string(options.io_threads)},
       };
-      // As Redis: a name without glob characters is looked up as it is (any case, no
-      // escapes) and answered under the name asked; a pattern is matched by glob, any
-      // case. A NUL byte matches no parameter (fnmatch would stop the pattern there).
+      // As Redis 7.0 (configGetCommand), pattern by pattern: one without `[*?` before its
+      // first NUL byte is a name, looked up whole in any case and answered under the name
+      // asked; any other is matched by Redis's glob, in any case, up to its first NUL
+      // byte. A parameter is answered once, under the first name or pattern that found it.
       std::vector<std::pair<std::string_view, const std::string*>> hits;  // name answered, value
-      for (const auto& p : params) {
-        for (size_t i = 2; i < args.size(); ++i) {
-          const std::string& pattern = args[i];
-          if (pattern.find('\0') != std::string::npos) continue;
-          const bool glob = pattern.find_first_of("[*?") != std::string::npos;
-          if (glob ? ::fnmatch(Lower(pattern).c_str(), p.first.c_str(), 0) == 0 : EqualsNoCase(p.first, pattern)) {
-            hits.emplace_back(glob ? std::string_view(p.first) : std::string_view(pattern), &p.second);
-            break;
+      auto answered = [&](std::string_view name) {
+        return std::any_of(hits.begin(), hits.end(), [&](const auto& h) {
+          return h.first.size() == name.size() && EqualsNoCase(Lower(h.first), name);
+        });
+      };
+      for (size_t i = 2; i < args.size(); ++i) {
+        const std::string& pattern = args[i];
+        const std::string_view c_pattern(pattern.c_str());  // up to the first NUL, as C reads it
+        if (c_pattern.find_first_of("[*?") == std::string_view::npos) {
+          if (answered(pattern)) continue;
+          for (const auto& p : params) {
+            if (EqualsNoCase(p.first, pattern)) hits.emplace_back(pattern, &p.second);
           }
+          continue;
+        }
+        for (const auto& p : params) {
+          if (!answered(p.first) && GlobMatch(c_pattern, p.first, true)) hits.emplace_back(p.first, &p.second);
         }
       }
       Send(c, [&](std::string* out) {

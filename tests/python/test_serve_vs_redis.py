@@ -210,6 +210,12 @@ CORPUS = {
     "config get names": [cmd("CONFIG", "GET", "APPENDONLY"), cmd("CONFIG", "GET", "Save"),
                          cmd("CONFIG", "GET", "appendonly", "APPENDONLY"), cmd("CONFIG", "GET", b"save\x00x"),
                          cmd("CONFIG", "GET", "\\save"), cmd("CONFIG", "GET", "appendonl")],
+    "config get patterns": [cmd("CONFIG", "GET", "[!p]rotected-mode"), cmd("CONFIG", "GET", "*-threads"),
+                            cmd("CONFIG", "GET", "sav[e"), cmd("CONFIG", "GET", "[]s]ave"), cmd("CONFIG", "GET", "s\\ave*"),
+                            cmd("CONFIG", "GET", "time?ut"), cmd("CONFIG", "GET", "io-thread[s-a]"),
+                            cmd("CONFIG", "GET", "sa[^x]e"), cmd("CONFIG", "GET", "timeout\\"),
+                            cmd("CONFIG", "GET", b"sa\x00*"), cmd("CONFIG", "GET", b"save\x00"),
+                            cmd("CONFIG", "GET", "SAVE", "sav*", "s?ve")],
     "auth without a password": [cmd("AUTH", "x"), cmd("AUTH", "default", "x"),
                                 cmd("HELLO", "2", "AUTH", "default", "x")],
     "pipelined": [pipe(cmd("SET", "pl", "1"), cmd("GET", "pl"), cmd("GETX"), cmd("DEL", "pl"), cmd("GET", "pl"),
@@ -299,6 +305,32 @@ def test_command_list_as_redis(ports, filterby):
     assert len(ours) == len(set(ours))
     theirs = set(parse(exchange(redis_port, steps)[0]))
     assert {n for n in ours if not n.startswith(b"nvmw.")} == theirs & everything
+
+
+CONFIG_PATTERNS = [("*",), ("max*",), ("*-threads",), ("[ps]ort",), ("[!p]ort",), ("[^p]ort",), ("P*",),
+                   ("*MODE",), ("??rt",), ("\\p*",), ("p\\*",), ("[z-a]ort",), ("[a-\\z]ort",), ("p[o",),
+                   ("bin?",), ("*o*",), ("maxmemory*",), ("PORT",), ("port", "PORT", "p*"), ("p*", "PORT"),
+                   ("save", "appendonly", "save"), ("*", "*"), ("max*", "*clients"), (b"sa*\x00x",),
+                   (b"*\x00*",), ("[",), ("*[",), ("\\",), ("",), ("[\\]]",)]
+
+
+@pytest.mark.parametrize("patterns", CONFIG_PATTERNS)
+def test_config_get_as_redis(ports, patterns):
+    """CONFIG GET answers, of the parameters nvmw has, those Redis answers and under the
+    same names (Redis has more, and its order is its own); the values are Redis's but
+    for those of a different server (port, maxclients) and databases (documented)."""
+    redis_port, nvmw_port = ports
+    everything = parse(exchange(nvmw_port, [cmd("CONFIG", "GET", "*")])[0])
+    known = {n.lower() for n in everything[::2]}
+    step = [cmd("CONFIG", "GET", *patterns)]
+    ours, theirs = parse(exchange(nvmw_port, step)[0]), parse(exchange(redis_port, step)[0])
+    ours_d = dict(zip(ours[::2], ours[1::2]))
+    assert len(ours_d) == len(ours) // 2
+    theirs_d = {n: v for n, v in zip(theirs[::2], theirs[1::2]) if n.lower() in known}
+    assert ours_d.keys() == theirs_d.keys()
+    for name in ours_d:
+        if name.lower() not in (b"port", b"maxclients", b"databases"):
+            assert ours_d[name] == theirs_d[name], name
 
 
 # The documented differences: the request, nvmw's exact reply, and the docs' words for it.
