@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -216,3 +217,42 @@ def test_envs_take_a_warmup_count(kind):
         env = env_class(1, window_s=0.1, warmup_windows=warmup)
         assert env.warmup_windows == int(warmup) and isinstance(env.warmup_windows, int)
         env.close()
+
+
+def _shipped_policy_and_agent():
+    from nvmw.lab.runs import shipped_agent_path
+    from nvmw.rl.agent import QLearningAgent
+    from nvmw.rl.policy import load_beside
+
+    path = shipped_agent_path("optane-1dimm")
+    policy = load_beside(path)
+    assert policy is not None
+    return policy, QLearningAgent.load(path)
+
+
+STATE = [4.0, 3.0, 10.0, 20.0, 4096.0, 65536.0, 0.5, 0.9]
+
+
+def test_greedy_policy_takes_a_batch_of_one_as_the_agent_does():
+    # Was: a TypeError from float() of a row (only 0-dimensional arrays can be converted).
+    import numpy as np
+
+    policy, agent = _shipped_policy_and_agent()
+    want = agent.q_values(np.array(STATE))
+    for obs in (np.array([STATE]), np.array([STATE], dtype=np.float32), [STATE]):
+        assert np.allclose(policy.q_values(obs), agent.q_values(obs), rtol=1e-6)
+        assert np.allclose(policy.q_values(obs), want, rtol=1e-6)
+        assert policy.greedy_action(obs) == agent.greedy_action(obs)
+
+
+@pytest.mark.parametrize("obs, shape", [
+    ([STATE, STATE], "(2, 8)"), ([[STATE]], "(1, 1, 8)"), (STATE[:7], "(7,)"), (3.0, "()"), ([], "(0,)"),
+])
+def test_greedy_policy_and_agent_refuse_other_shapes_alike(obs, shape):
+    # Was: a TypeError for (2, 8), (1, 1, 8) and a scalar, and other words than the agent's.
+    import numpy as np
+
+    policy, agent = _shipped_policy_and_agent()
+    for q_values in (policy.q_values, agent.q_values):
+        with pytest.raises(ValueError, match=re.escape(f"obs must be one state of 8 features, got shape {shape}")):
+            q_values(np.asarray(obs) if q_values is agent.q_values else obs)

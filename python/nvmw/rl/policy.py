@@ -65,6 +65,17 @@ def _floats(xs: Any, n: int | None, what: str) -> list:
     return out
 
 
+def _shape(x: Any) -> tuple:
+    """The shape of an array, or of nested sequences as NumPy would read them (along their
+    first elements); () for a scalar."""
+    shape = getattr(x, "shape", None)
+    if shape is not None:
+        return tuple(shape)
+    if isinstance(x, (str, bytes)) or not hasattr(x, "__len__") or not hasattr(x, "__getitem__"):
+        return ()
+    return (len(x),) + (_shape(x[0]) if len(x) else ())
+
+
 class GreedyPolicy:
     """argmax_a Q(s, a) with Q(s, a) = intercept_a + sum_k coef_ak prod_j z_j ** powers_akj,
     z = (transform(s) - mean_a) / scale_a; transform is log1p(max(s, 0)) or the identity
@@ -100,16 +111,24 @@ class GreedyPolicy:
 
     # --- evaluation -----------------------------------------------------------------
     def _features(self, obs: Sequence[float]) -> list:
+        # One state: n_features values, or a batch of one, (1, n_features), as
+        # QLearningAgent takes it; another shape is the agent's ValueError, not a TypeError
+        # from float() of a row.
+        shape = _shape(obs)
+        if shape != (self.n_features,) and shape != (1, self.n_features):
+            raise ValueError(f"obs must be one state of {self.n_features} features, got shape {shape}")
+        if len(shape) == 2:
+            obs = obs[0]
         x = [float(v) for v in obs]
-        if len(x) != self.n_features:
-            raise ValueError(f"state has {len(x)} features, the policy {self.n_features}")
         if self.feature_transform == "log1p":
             # numpy.maximum(x, 0) keeps NaN, as `0.0 if v < 0.0 else v` does.
             return [math.log1p(0.0 if v < 0.0 else v) for v in x]
         return x
 
     def q_values(self, obs: Sequence[float]) -> list:
-        """Q(obs, a) for every action a."""
+        """Q(obs, a) for every action a. `obs` is one state: n_features values, or an array
+        of shape (1, n_features), as `QLearningAgent.q_values` takes it; ValueError naming
+        the expected shape for any other."""
         f = self._features(obs)
         q = []
         for mean, scale, _powers, terms, coef, intercept in self._models:
