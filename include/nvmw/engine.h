@@ -78,6 +78,14 @@ struct PmemOptions {
   // size and the whole pool becomes resident: leave off for large sparse pools.
   // Best effort: ignored where the kernel lacks MADV_POPULATE_WRITE (< 5.14).
   bool prefault = false;
+  // Back the pool's mapping with 2 MiB pages: after a successful open a background
+  // thread at idle CPU priority asks the kernel (madvise MADV_COLLAPSE, Linux 6.1+) to
+  // move the pool, 2 MiB at a time, from 4 KiB pages to 2 MiB ones; requests are served
+  // meanwhile. On tmpfs this cuts the TLB misses of a request's hash-chain walk (the
+  // largest share of a small Put's own time on a VM; docs/engine.md, "Huge pages").
+  // Where the kernel or filesystem cannot (a disk filesystem; DAX needs not) the thread
+  // ends at its first refusal. Closing the engine stops it after the current 2 MiB.
+  bool huge_pages = true;
   // Verify each entry's checksum (XXH3-64 over its length fields, key and value) on
   // every Get and Exists, as LevelDB's ReadOptions::verify_checksums; a mismatch is
   // Corruption and the value is not handed out. Recovery at open verifies every

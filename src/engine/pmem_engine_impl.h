@@ -21,6 +21,7 @@
 #include <shared_mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -96,7 +97,17 @@ class PmemEngine final : public Engine {
       : pop_(pop), base_(reinterpret_cast<char*>(pop)), options_(options),
         stripes_(kLockStripes) {}
 
-  ~PmemEngine() override { pmemobj_close(pop_); }
+  ~PmemEngine() override {
+    StopHugePages();
+    pmemobj_close(pop_);
+  }
+
+  // Starts the background pass that backs the pool's mapping (its first `bytes`)
+  // with 2 MiB pages (PmemOptions::huge_pages; pmem_pool.cc has the details).
+  void StartHugePages(size_t bytes);
+  // Waits for that pass to end; returns the bytes it left backed by 2 MiB pages
+  // (0 when it never ran or the kernel or filesystem cannot do it).
+  uint64_t WaitHugePages();
 
   // Validates the root and the bucket array, then walks every chain: each link
   // must name an allocated entry object (libpmemobj's heap walk gives the set),
@@ -208,6 +219,8 @@ class PmemEngine final : public Engine {
     return nullptr;
   }
 
+  void StopHugePages();
+
   PMEMobjpool* const pop_;
   char* const base_;
   const PmemOptions options_;
@@ -219,6 +232,9 @@ class PmemEngine final : public Engine {
   std::atomic<bool> has_quarantine_{false};
   mutable std::mutex quarantine_mu_;
   std::unordered_map<uint64_t, bool> quarantine_;
+  std::thread huge_thread_;
+  std::atomic<bool> huge_stop_{false};
+  std::atomic<uint64_t> huge_bytes_{0};
 };
 
 // pmem_image.cc: checks of a pool file from the file, without writing, before

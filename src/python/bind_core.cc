@@ -525,7 +525,7 @@ void BindCore(nb::module_& m) {
       "open_pmem_engine",
       [](nb::handle path_arg, uint64_t pool_size_bytes, bool create_if_missing,
          uint64_t bucket_count, uint64_t max_value_bytes, bool verify_checksums,
-         bool paranoid_checks, uint32_t file_mode) {
+         bool paranoid_checks, uint32_t file_mode, bool huge_pages) {
         if (file_mode > 07777) {
           ThrowIfError(Status::InvalidArgument("file_mode must be permission bits (0 to 0o7777), got " +
                                                std::to_string(file_mode)));
@@ -539,6 +539,7 @@ void BindCore(nb::module_& m) {
         o.verify_checksums = verify_checksums;
         o.paranoid_checks = paranoid_checks;
         o.file_mode = file_mode;
+        o.huge_pages = huge_pages;
         auto h = std::make_shared<PyEngine>();
         Status s;
         {
@@ -554,6 +555,7 @@ void BindCore(nb::module_& m) {
       nb::arg("verify_checksums") = PmemOptions().verify_checksums,
       nb::arg("paranoid_checks") = PmemOptions().paranoid_checks,
       nb::arg("file_mode") = PmemOptions().file_mode,
+      nb::arg("huge_pages") = PmemOptions().huge_pages,
       "Open (or create) a persistent pool file (PmemOptions of nvmw/engine.h).\n"
       "path: str, bytes or os.PathLike (a name that is not UTF-8 included).\n"
       "pool_size_bytes: size of a pool this call creates (rounded down to 4 KiB).\n"

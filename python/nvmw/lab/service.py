@@ -135,7 +135,7 @@ class Service:
                  max_args: Optional[int] = None, max_output_bytes: Optional[int] = None,
                  io_threads: Optional[int] = None, batch_io_threads: Optional[int] = None,
                  batch_io_idle: Optional[bool] = None, protected_mode: Optional[bool] = None,
-                 batch_nice: int = 19,
+                 batch_nice: int = 19, huge_pages: bool = True,
                  on_window: Optional[Callable[[dict], None]] = None,
                  server_factory: Optional[Callable[..., Any]] = None):
         self.device = device or "none"
@@ -153,6 +153,7 @@ class Service:
         self.pool_size = int(pool_size)
         self.max_threads = int(max_threads)
         self.batch_nice = int(batch_nice)
+        self.huge_pages = huge_pages
         if not 0 <= self.batch_nice <= 19:
             raise ValueError(f"batch_nice must be in [0, 19], not {batch_nice}")
         # Each checked against its type in the core here (naming it); the server checks
@@ -212,7 +213,7 @@ class Service:
                              batch_threads=start[1], max_threads=self.max_threads, window_s=self.window_s,
                              control=self.control, pool_size=self.pool_size,
                              device=None if self.device == "none" else self.device,
-                             batch_nice=self.batch_nice)
+                             batch_nice=self.batch_nice, huge_pages=self.huge_pages)
         self.loop = ControlLoop(_MiddlewarePlant(self.mw, max(1.0, 5 * self.window_s)), self.sla,
                                 max_threads=self.max_threads, control=self.control)
         self.loop.restart(start)

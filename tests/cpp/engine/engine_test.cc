@@ -2,19 +2,25 @@
 // in include/nvmw/engine.h), then pmem-only tests for persistence and bad files.
 #include "nvmw/engine.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <libpmemobj.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
+#include <cstring>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "engine/pmem_engine_impl.h"
 #include "engine_test_util.h"
 
 namespace nvmw {
@@ -320,6 +326,123 @@ TEST_F(PmemEngineTest, PersistsAcrossCloseAndReopen) {
     }
     EXPECT_TRUE(e->Exists("p0").IsNotFound());
   }
+}
+
+// KiB of the mapping of `path` that the kernel maps with 2 MiB pages, from
+// /proc/self/smaps (ShmemPmdMapped on tmpfs, FilePmdMapped elsewhere); -1 when the
+// file is not mapped.
+long HugeMappedKiB(const std::string& path) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in = false;
+  long kib = -1;
+  while (std::getline(smaps, line)) {
+    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) &&
+        line.find(" rw") != std::string::npos) {
+      in = line.size() >= path.size() && line.compare(line.size() - path.size(), path.size(), path) == 0;
+      if (in && kib < 0) kib = 0;
+      continue;
+    }
+    if (!in) continue;
+    std::istringstream fields(line);
+    std::string name;
+    long value = 0;
+    fields >> name >> value;
+    if (name == "ShmemPmdMapped:" || name == "FilePmdMapped:") kib += value;
+  }
+  return kib;
+}
+
+// Whether this kernel moves a tmpfs file's pages to a 2 MiB page on request (Linux
+// 6.1+ with transparent huge pages built in): the premise of the test below.
+bool KernelCollapsesTmpfs(const std::string& dir) {
+  const std::string path = dir + "/collapse-probe";
+  constexpr size_t kHuge = 2u << 20;
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) return false;
+  bool ok = false;
+  const std::string data(kHuge, 'x');
+  // The file mapped at a 2 MiB-aligned address, inside a reservation twice its size.
+  void* room = ::mmap(nullptr, 2 * kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (::pwrite(fd, data.data(), kHuge, 0) == static_cast<ssize_t>(kHuge) && room != MAP_FAILED) {
+    void* at = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(room) + kHuge - 1) & ~uintptr_t{kHuge - 1});
+    void* p = ::mmap(at, kHuge, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+    ok = p == at && ::madvise(at, kHuge, 25 /* MADV_COLLAPSE */) == 0;
+  }
+  if (room != MAP_FAILED) ::munmap(room, 2 * kHuge);
+  ::close(fd);
+  ::unlink(path.c_str());
+  return ok;
+}
+
+TEST_F(PmemEngineTest, PoolMovesToHugePagesWhileServingAndKeepsEveryByte) {
+  if (!KernelCollapsesTmpfs(dir_.path())) {
+    GTEST_SKIP() << "this kernel cannot move tmpfs pages to 2 MiB pages (MADV_COLLAPSE)";
+  }
+  const std::string path = dir_.File("pool");
+  PmemOptions o = SmallPmemOptions(64ull << 20);
+  std::map<std::string, std::string> expected;
+  {
+    o.huge_pages = false;  // the pool as libpmem creates it: 4 KiB pages
+    std::unique_ptr<Engine> e;
+    ASSERT_TRUE(Open(o, &e).ok());
+    for (int i = 0; i < 3000; ++i) {
+      std::string k = "h" + std::to_string(i);
+      expected[k] = MakeValue(k, 1, 100 + (i * 131) % 2000);
+      ASSERT_TRUE(e->Put(k, expected[k]).ok());
+    }
+    EXPECT_EQ(HugeMappedKiB(path), 0);
+    EXPECT_EQ(static_cast<pmem_internal::PmemEngine*>(e.get())->WaitHugePages(), 0u);
+  }
+  o.huge_pages = true;
+  std::unique_ptr<Engine> e;
+  ASSERT_TRUE(Open(o, &e).ok());
+  // Writers and readers run while the pages move under them.
+  std::atomic<bool> stop{false};
+  std::atomic<int> bad{0};
+  std::thread writer([&] {
+    for (int round = 2; !stop.load(); ++round) {
+      for (int i = 0; i < 3000 && !stop.load(); i += 7) {
+        std::string k = "h" + std::to_string(i);
+        Status s = e->Put(k, MakeValue(k, round, 100 + (i * 131) % 2000));
+        if (!s.ok()) {
+          ADD_FAILURE() << k << ": " << s.ToString();
+          bad.fetch_add(1);
+        }
+      }
+    }
+  });
+  std::thread reader([&] {
+    while (!stop.load()) {
+      for (int i = 1; i < 3000 && !stop.load(); i += 7) {  // keys the writer leaves alone
+        std::string k = "h" + std::to_string(i), got;
+        Status s = e->Get(k, &got);
+        if (!s.ok() || got != expected.at(k)) {
+          ADD_FAILURE() << k << ": " << s.ToString() << ", " << got.size() << " bytes";
+          bad.fetch_add(1);
+        }
+      }
+    }
+  });
+  const uint64_t moved = static_cast<pmem_internal::PmemEngine*>(e.get())->WaitHugePages();
+  stop.store(true);
+  writer.join();
+  reader.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_GT(moved, 0u);
+  EXPECT_GE(HugeMappedKiB(path), static_cast<long>(moved / 1024));
+  for (int i = 0; i < 3000; ++i) {
+    std::string k = "h" + std::to_string(i), got;
+    ASSERT_TRUE(e->Get(k, &got).ok()) << k;
+    if (i % 7 != 0) {
+      EXPECT_TRUE(got == expected[k]) << k;
+    } else {
+      EXPECT_TRUE(CheckValue(k, got, nullptr)) << k;  // some round of the writer, whole
+    }
+  }
+  e.reset();
+  ASSERT_TRUE(Open(o, &e).ok());  // and the file reopens with the same contents
+  EXPECT_EQ(e->Count(), expected.size());
 }
 
 TEST_F(PmemEngineTest, BucketCountIsFixedAtCreation) {
