@@ -18,7 +18,9 @@ and in every round (`goals_met`), the load average at the start and end of every
   (c) 800 KB GET throughput, 20 clients, over `--big-keys` stored values.
 
 nvmw serves a pmem pool on /dev/shm (PMEM_IS_PMEM_FORCE=1: cache-line flushes, every
-acknowledged SET durable in the pool) with the server's defaults; Redis runs with
+acknowledged SET durable in the pool) with the server's defaults, and the rounds begin
+once it has moved the pool to 2 MiB pages (it does so in the background after the open;
+`--serve-arg=--no-huge-pages` measures it on 4 KiB pages; `nvmw_pool_pages` in the report); Redis runs with
 persistence off (`--save "" --appendonly no`), its fastest configuration, unless
 `--redis-persistence` asks for its append-only file on the same tmpfs as nvmw's pool
 (`aof-always`: fsync before every reply, so that an acknowledged SET survives a crash as
@@ -87,6 +89,46 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float = 120.0) -> None
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"server on port {port} did not start")
             time.sleep(0.1)
+
+
+def pool_pages(pid: int, pool: str) -> dict:
+    """How the server process maps its pool file: KiB mapped, KiB of it on 2 MiB pages."""
+    out = {"mapped_kib": 0, "huge_kib": 0}
+    inside = False
+    try:
+        with open(f"/proc/{pid}/smaps") as fh:
+            for line in fh:
+                head = line.split(" ", 1)[0]
+                if "-" in head and all(c in "0123456789abcdef-" for c in head):
+                    inside = line.rstrip("\n").endswith(pool)
+                elif inside and line.startswith("Size:"):
+                    out["mapped_kib"] += int(line.split()[1])
+                elif inside and line.split(":")[0] in ("ShmemPmdMapped", "FilePmdMapped"):
+                    out["huge_kib"] += int(line.split()[1])
+    except OSError:
+        pass
+    return out
+
+
+def wait_huge_pages(pid: int, pool: str, timeout: float) -> dict:
+    """Waits (at most `timeout` s) until the server has moved its pool to 2 MiB pages, as
+    it does in the background after the open (`nvmw serve --huge-pages`, the default), so
+    that the rounds measure the server as it runs from then on. Stops early when the
+    share stops growing (a kernel or filesystem that cannot, or --no-huge-pages)."""
+    start = time.monotonic()
+    last, still = -1, 0
+    while time.monotonic() - start < timeout:
+        pages = pool_pages(pid, pool)
+        if pages["mapped_kib"] and pages["huge_kib"] >= pages["mapped_kib"]:
+            break
+        still = still + 1 if pages["huge_kib"] == last else 0
+        if still >= 20:  # 2 s without progress
+            break
+        last = pages["huge_kib"]
+        time.sleep(0.1)
+    pages = pool_pages(pid, pool)
+    pages["waited_s"] = round(time.monotonic() - start, 1)
+    return pages
 
 
 def bench(port: int, *args: str) -> subprocess.Popen:
@@ -394,8 +436,12 @@ def main() -> int:
         try:
             wait_port(rport, redis_proc)
             wait_port(nport, nvmw_proc)
+            pool_at_start = wait_huge_pages(nvmw_proc.pid, os.path.join(d, "serve.pool"), timeout=300)
+            print(f"nvmw's pool: {pool_at_start['huge_kib'] >> 10} of {pool_at_start['mapped_kib'] >> 10} MiB "
+                  f"on 2 MiB pages after {pool_at_start['waited_s']} s", file=sys.stderr)
             result = measure({"nvmw": nport, "redis": rport}, {"nvmw": nvmw_proc.pid, "redis": redis_proc.pid}, args)
         finally:
+            pool_at_end = pool_pages(nvmw_proc.pid, os.path.join(d, "serve.pool"))
             for p in (nvmw_proc, redis_proc):
                 p.send_signal(signal.SIGTERM)
             nvmw_rc, redis_rc = nvmw_proc.wait(timeout=300), redis_proc.wait(timeout=60)
@@ -419,6 +465,9 @@ def main() -> int:
                    "inter_clients": args.inter_clients, "batch_clients": args.batch_clients,
                    "big_keys": args.big_keys, "big_get_n": args.big_get_n, "value_big_bytes": VALUE_BIG},
         "exit_codes": {"nvmw": nvmw_rc, "redis": redis_rc},
+        # KiB of nvmw's pool mapping, and of it on 2 MiB pages, when the rounds began
+        # (after waiting for the server's background move) and when they ended.
+        "nvmw_pool_pages": {"start": pool_at_start, "end": pool_at_end},
         **result,
     }
     report["goals_met"] = goals(report["ratios"])
