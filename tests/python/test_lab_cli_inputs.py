@@ -256,3 +256,12 @@ def test_greedy_policy_and_agent_refuse_other_shapes_alike(obs, shape):
     for q_values in (policy.q_values, agent.q_values):
         with pytest.raises(ValueError, match=re.escape(f"obs must be one state of 8 features, got shape {shape}")):
             q_values(np.asarray(obs) if q_values is agent.q_values else obs)
+
+
+@pytest.mark.parametrize("phase", ["\u0661", "\u00b2"])
+def test_run_phase_number_is_decimal_digits(capsys, phase):
+    # Was: U+0661 (ARABIC-INDIC DIGIT ONE) ran phase 1; the superscript two failed inside int().
+    with pytest.raises(SystemExit) as e:
+        build_parser("run-phase").parse_args(["run-phase", phase])
+    assert e.value.code == 2
+    assert f"argument phase: {phase!r} is not a phase number" in capsys.readouterr().err

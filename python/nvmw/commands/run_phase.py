@@ -16,6 +16,18 @@ from nvmw.rl.simrun import RUN_S_MAX, RUN_WINDOWS_MAX, run_windows
 from nvmw.workloads.phases import load_phase
 
 
+def _phase_arg(text: str) -> str:
+    """argparse type of PHASE: a phase file, or a number in decimal digits 0-9. load_phase
+    reads any str.isdigit() word as a number, through int(): "١" (ARABIC-INDIC DIGIT ONE)
+    ran phase 1, and "²" failed inside int()."""
+    if text.isdigit() and not text.isascii():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a phase number (decimal digits 0-9) or a phase file")
+    return text
+
+
+_phase_arg.__name__ = "phase"
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "run-phase", help=SUMMARIES["run-phase"],
@@ -24,7 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "throughput and queue lengths. Controllers: none (no-control mode), fixed:I,B, aimd, "
         "gradient, q-learning, oracle, or any kind registered with "
         "nvmw.lab.lineup.register_controller.")
-    p.add_argument("phase", help="phase number (1-4 the thesis's, 5-6 contended) or a phase TOML file")
+    p.add_argument("phase", type=_phase_arg,
+                   help="phase number (1-4 the thesis's, 5-6 contended) or a phase TOML file")
     p.add_argument("--duration", type=float_in(0.0, RUN_S_MAX), default=30.0,
                    help=f"seconds, rounded to whole windows (at least one); at most {RUN_S_MAX:g} (a day) and "
                         f"{RUN_WINDOWS_MAX:,} windows of --window (default %(default)s)")
