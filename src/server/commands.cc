@@ -296,6 +296,33 @@ std::string UnknownCommandError(const std::vector<std::string>& args) {
   return msg;
 }
 
+// INFO's run_id: 40 hex digits naming this run of the server (Redis draws them at
+// random; here they are mixed from the process id and the start time, which differ from
+// one run to the next).
+std::string RunId(int64_t start_ns) {
+  uint64_t x = static_cast<uint64_t>(start_ns) ^ (static_cast<uint64_t>(::getpid()) << 40);
+  std::string out;
+  while (out.size() < 40) {
+    x += 0x9e3779b97f4a7c15ULL;  // splitmix64
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(z));
+    out.append(buf, std::min<size_t>(16, 40 - out.size()));
+  }
+  return out;
+}
+
+// INFO's executable: the program this process runs (for `nvmw serve`, the Python
+// interpreter), empty where /proc does not say.
+std::string Executable() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf);
+  return n > 0 && static_cast<size_t>(n) < sizeof buf ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
 bool ValidClientName(std::string_view n) {
   for (char ch : n) {
     if (ch < '!' || ch > '~') return false;
@@ -444,6 +471,7 @@ void Server::Impl::FinishPending(Conn* c) {
       c->spare = std::move(p);
     }
   } recycle{c, p};
+  CountLookups(*p);
   if (!p->error.empty() && !p->streaming) {
     Send(c, [&](std::string* out) { resp::AppendError(out, p->error); });
     return;
@@ -479,6 +507,37 @@ void Server::Impl::FinishPending(Conn* c) {
 
 // ---- INFO and NVMW.STATS ----
 
+void Server::Impl::CountLookups(const PendingCommand& p) {
+  using Kind = PendingCommand::Kind;
+  if (p.kind != Kind::kGet && p.kind != Kind::kMget && p.kind != Kind::kExists) return;
+  // As Redis counts its lookups: the keys before a failing one were looked up, the rest not.
+  const size_t looked_up = p.error.empty() ? p.total : p.error_at;
+  uint64_t hits = 0;
+  if (p.kind == Kind::kExists) {
+    hits = static_cast<uint64_t>(p.count);
+  } else {
+    for (size_t i = 0; i < looked_up; ++i) hits += p.found[i];
+  }
+  if (hits > 0) keyspace_hits.fetch_add(hits, std::memory_order_relaxed);
+  if (looked_up > hits) keyspace_misses.fetch_add(looked_up - hits, std::memory_order_relaxed);
+}
+
+uint64_t Server::Impl::InstantaneousOpsPerSec() {
+  constexpr int64_t kSpanNs = 1000000000LL;      // the rate covers at least this
+  constexpr int64_t kSampleGapNs = 100000000LL;  // samples kept at most this often
+  const int64_t now = NowNs();
+  const uint64_t done = commands.load(std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(ops_samples_mu);
+  // Keep one sample at least kSpanNs old (the reference) and the newer ones.
+  while (ops_samples.size() >= 2 && now - ops_samples[1].first >= kSpanNs) ops_samples.pop_front();
+  const auto [since_ns, since_done] =
+      ops_samples.empty() ? std::pair<int64_t, uint64_t>(start_ns, 0) : ops_samples.front();
+  if (ops_samples.empty() || now - ops_samples.back().first >= kSampleGapNs) ops_samples.emplace_back(now, done);
+  if (now <= since_ns || done < since_done) return 0;
+  return static_cast<uint64_t>(std::llround(static_cast<double>(done - since_done) * 1e9 /
+                                            static_cast<double>(now - since_ns)));
+}
+
 std::string Server::Impl::Info(const std::vector<std::string>& args) {
   bool all = args.size() < 2;
   std::vector<std::string> sections;
@@ -513,10 +572,14 @@ std::string Server::Impl::Info(const std::vector<std::string>& args) {
     line("arch_bits", std::to_string(sizeof(void*) * 8));
     line("multiplexing_api", "epoll");
     line("process_id", std::to_string(::getpid()));
+    line("run_id", RunId(start_ns));
     line("tcp_port", std::to_string(port.load()));
     line("uptime_in_seconds", std::to_string(uptime_s));
     line("uptime_in_days", std::to_string(uptime_s / 86400));
-    line("io_threads_active", std::to_string(options.io_threads));
+    line("executable", Executable());
+    line("config_file", "");  // configured by its command line only
+    // As Redis: 1 when replies are written by several threads.
+    line("io_threads_active", options.io_threads > 1 ? "1" : "0");
     line("engine", engine->Name());
   }
   if (want("clients")) {
@@ -540,7 +603,10 @@ std::string Server::Impl::Info(const std::vector<std::string>& args) {
     line("used_memory", std::to_string(rss));
     line("used_memory_human", human);
     line("used_memory_rss", std::to_string(rss));
+    line("used_memory_rss_human", human);
     line("maxmemory", "0");
+    line("maxmemory_human", "0B");
+    line("maxmemory_policy", "noeviction");
   }
   if (want("persistence")) {
     // Only what readiness checks look for: the store is open before the server listens.
@@ -551,7 +617,12 @@ std::string Server::Impl::Info(const std::vector<std::string>& args) {
     section("Stats");
     line("total_connections_received", std::to_string(connections_total.load()));
     line("total_commands_processed", std::to_string(commands.load()));
+    line("instantaneous_ops_per_sec", std::to_string(InstantaneousOpsPerSec()));
     line("rejected_connections", std::to_string(rejected_connections.load()));
+    line("expired_keys", "0");  // no expiry
+    line("evicted_keys", "0");  // a full store refuses writes, evicts nothing
+    line("keyspace_hits", std::to_string(keyspace_hits.load()));
+    line("keyspace_misses", std::to_string(keyspace_misses.load()));
     line("nvmw_protocol_errors", std::to_string(protocol_errors.load()));
     line("nvmw_auth_failures", std::to_string(auth_failures.load()));
     line("nvmw_output_buffer_closes", std::to_string(output_buffer_closes.load()));

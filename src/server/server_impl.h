@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "nvmw/server.h"
@@ -167,6 +168,11 @@ struct Server::Impl {
   std::atomic<uint64_t> connections_total{0};
   std::atomic<uint64_t> rejected_connections{0};
   std::atomic<uint64_t> commands{0};
+  std::atomic<uint64_t> keyspace_hits{0};    // keys GET, MGET and EXISTS found
+  std::atomic<uint64_t> keyspace_misses{0};  // and did not find
+  // INFO's instantaneous_ops_per_sec: (time, commands) as recent INFO calls saw them.
+  std::mutex ops_samples_mu;
+  std::deque<std::pair<int64_t, uint64_t>> ops_samples;
   std::atomic<uint64_t> protocol_errors{0};
   std::atomic<uint64_t> auth_failures{0};
   std::atomic<uint64_t> output_buffer_closes{0};
@@ -244,6 +250,11 @@ struct Server::Impl {
   // Folds the last sub-request's result into c->pending.
   void Absorb(Conn* c);
   void FinishPending(Conn* c);
+  // Adds a finished GET's, MGET's or EXISTS's keys to keyspace_hits and keyspace_misses.
+  void CountLookups(const PendingCommand& p);
+  // Commands per second since the latest INFO at least a second ago (since the start for
+  // the first INFO); records this call's sample.
+  uint64_t InstantaneousOpsPerSec();
   // MGET: queues the array header (once) and the values [p.sent, end).
   static void QueueValues(Conn* c, PendingCommand& p, size_t end);
   std::string Info(const std::vector<std::string>& args);

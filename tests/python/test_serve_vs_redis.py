@@ -307,6 +307,23 @@ def test_command_list_as_redis(ports, filterby):
     assert {n for n in ours if not n.startswith(b"nvmw.")} == theirs & everything
 
 
+def test_keyspace_hits_and_misses_as_redis(ports):
+    """INFO's keyspace_hits and keyspace_misses move as Redis's: one per key GET, MGET and
+    EXISTS look up (a key named twice counts twice), none for SET and DEL."""
+    steps = [cmd("SET", "ks1", "v"), cmd("GET", "ks1"), cmd("GET", "ks?"), cmd("MGET", "ks1", "ks?", "ks1", "ks?"),
+             cmd("EXISTS", "ks1", "ks?", "ks1"), cmd("DEL", "ks1", "ks?"), cmd("GET", ""), cmd("MSET", "ks2", "w"),
+             cmd("DEL", "ks2")]
+    moved = []
+    for port in ports:
+        def counts():
+            info = parse(exchange(port, [cmd("INFO", "stats")])[0]).decode()
+            return [int(re.search(rf"\r\n{k}:(\d+)\r\n", info).group(1)) for k in ("keyspace_hits", "keyspace_misses")]
+        before = counts()
+        exchange(port, steps)
+        moved.append([a - b for a, b in zip(counts(), before)])
+    assert moved[0] == moved[1] == [5, 5]
+
+
 CONFIG_PATTERNS = [("*",), ("max*",), ("*-threads",), ("[ps]ort",), ("[!p]ort",), ("[^p]ort",), ("P*",),
                    ("*MODE",), ("??rt",), ("\\p*",), ("p\\*",), ("[z-a]ort",), ("[a-\\z]ort",), ("p[o",),
                    ("bin?",), ("*o*",), ("maxmemory*",), ("PORT",), ("port", "PORT", "p*"), ("p*", "PORT"),
