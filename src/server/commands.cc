@@ -1066,13 +1066,38 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
       return;
     }
     case Cmd::kConfig: {
+      // The subcommands and their arities as Redis 7.0's; SET, RESETSTAT and REWRITE are
+      // refused (the configuration is the command line's, the counters only grow).
+      static constexpr std::pair<std::string_view, int> kSubcommands[] = {
+          {"get", -3}, {"help", 2}, {"resetstat", 2}, {"rewrite", 2}, {"set", -4},
+      };
       const std::string sub = Lower(args[1]);
-      if (sub != "get") {
-        error("ERR CONFIG " + args[1].substr(0, 32) + " is not supported by nvmw (CONFIG GET only)");
+      const auto* known = std::find_if(std::begin(kSubcommands), std::end(kSubcommands),
+                                       [&](const auto& s) { return s.first == sub; });
+      if (known == std::end(kSubcommands)) {
+        error("ERR unknown subcommand '" + args[1].substr(0, 128) + "'. Try CONFIG HELP.");
         return;
       }
-      if (args.size() < 3) {
-        error("ERR wrong number of arguments for 'config|get' command");
+      if ((known->second > 0 && argc != known->second) || (known->second < 0 && argc < -known->second)) {
+        error("ERR wrong number of arguments for 'config|" + sub + "' command");
+        return;
+      }
+      if (sub == "help") {
+        static constexpr std::string_view kHelp[] = {
+            "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "GET <pattern>",
+            "    Return parameters matching the glob-like <pattern> and their values.",
+            "HELP",
+            "    Prints this help.",
+        };
+        Send(c, [&](std::string* out) {
+          resp::AppendArrayHeader(out, std::size(kHelp));
+          for (std::string_view line : kHelp) resp::AppendSimple(out, line);
+        });
+        return;
+      }
+      if (sub != "get") {
+        error("ERR CONFIG " + args[1].substr(0, 32) + " is not supported by nvmw (CONFIG GET only)");
         return;
       }
       const std::pair<std::string, std::string> params[] = {

@@ -216,6 +216,9 @@ CORPUS = {
                             cmd("CONFIG", "GET", "sa[^x]e"), cmd("CONFIG", "GET", "timeout\\"),
                             cmd("CONFIG", "GET", b"sa\x00*"), cmd("CONFIG", "GET", b"save\x00"),
                             cmd("CONFIG", "GET", "SAVE", "sav*", "s?ve")],
+    "config subcommands: errors": [cmd("CONFIG", "FOO"), cmd("CONFIG", "foo", "x"), cmd("CONFIG", "HELP", "x"),
+                                   cmd("CONFIG", "SET", "save"), cmd("CONFIG", "RESETSTAT", "x"),
+                                   cmd("CONFIG", "REWRITE", "x"), cmd("CONFIG", "GET"), cmd("CONFIG")],
     "auth without a password": [cmd("AUTH", "x"), cmd("AUTH", "default", "x"),
                                 cmd("HELLO", "2", "AUTH", "default", "x")],
     "pipelined": [pipe(cmd("SET", "pl", "1"), cmd("GET", "pl"), cmd("GETX"), cmd("DEL", "pl"), cmd("GET", "pl"),
@@ -378,6 +381,13 @@ DIFFERENCES = {
     "command getkeysandflags": ([cmd("COMMAND", "GETKEYSANDFLAGS", "get", "k")],
                                 [b"-ERR unknown subcommand 'GETKEYSANDFLAGS'. Try COMMAND HELP.\r\n"],
                                 "`COMMAND GETKEYSANDFLAGS` is an unknown subcommand"),
+    "config set and help": ([cmd("CONFIG", "SET", "save", ""), cmd("CONFIG", "RESETSTAT"), cmd("CONFIG", "HELP")],
+                            [b"-ERR CONFIG SET is not supported by nvmw (CONFIG GET only)\r\n",
+                             b"-ERR CONFIG RESETSTAT is not supported by nvmw (CONFIG GET only)\r\n",
+                             b"*5\r\n+CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:\r\n"
+                             b"+GET <pattern>\r\n+    Return parameters matching the glob-like <pattern> and their values.\r\n"
+                             b"+HELP\r\n+    Prints this help.\r\n"],
+                            "`CONFIG SET`, `RESETSTAT` and `REWRITE` are refused"),
     "unknown commands": ([cmd("FLUSHALL", "x")],
                          [b"-ERR unknown command 'FLUSHALL', with args beginning with: 'x' \r\n"],
                          "Redis answers `FLUSHALL x` with a syntax error"),
