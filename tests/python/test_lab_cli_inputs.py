@@ -265,3 +265,13 @@ def test_run_phase_number_is_decimal_digits(capsys, phase):
         build_parser("run-phase").parse_args(["run-phase", phase])
     assert e.value.code == 2
     assert f"argument phase: {phase!r} is not a phase number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seeds", [0, -3, 2.5, True, "4"])
+def test_sim_env_refuses_trace_seeds_that_are_not_a_count(seeds):
+    # Was: 0 and -3 ran as 1 without a word, 2.5 as 2.
+    from nvmw.rl.sim import SimEnv
+
+    with pytest.raises(ValueError, match=r"trace_seeds must be an integer >= 1, got "):
+        SimEnv(1, window_s=0.1, trace_seeds=seeds)
+    assert SimEnv(1, window_s=0.1, trace_seeds=2).trace_seeds == 2

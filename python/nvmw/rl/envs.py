@@ -32,14 +32,14 @@ from nvmw.rl.simrun import check_window_s
 from nvmw.workloads.phases import DEFAULT_PHASES, Phase, PhaseWorkload, list_phases, load_phase
 
 
-def check_warmup_windows(warmup_windows: Any) -> int:
-    """`warmup_windows` as an int; ValueError unless it is a whole number >= 0 (a negative
-    count used to discard no window without a word, 2.5 to discard two)."""
-    w = warmup_windows
-    if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(w) or int(w) != w or w < 0:
-        raise ValueError(f"warmup_windows must be an integer >= 0, got {warmup_windows!r}")
-    return int(warmup_windows)
+def check_count(value: Any, name: str, lo: int = 0) -> int:
+    """`value` as an int; ValueError naming `name` unless it is a whole number >= lo
+    (`warmup_windows`: a negative count used to discard no window without a word, 2.5 to
+    discard two)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(value) or int(value) != value or value < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
+    return int(value)
 
 
 class ControlEnv(gym.Env):
@@ -227,7 +227,7 @@ class RealEnv(ControlEnv):
         self.engine = engine
         self.path = path
         self.device = device or "none"
-        self.warmup_windows = check_warmup_windows(warmup_windows)
+        self.warmup_windows = check_count(warmup_windows, "warmup_windows")
         self.window_timeout_s = window_timeout_s or max(5.0, 20 * window_s)
         self.rate_scale = float(rate_scale)
         self.mw = None

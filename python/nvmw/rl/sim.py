@@ -25,7 +25,7 @@ from nvmw import _core
 from nvmw.control.loop import Reading
 from nvmw.control.sla import SLASpec
 from nvmw.devices import load_profile
-from nvmw.rl.envs import ControlEnv, check_warmup_windows
+from nvmw.rl.envs import ControlEnv, check_count
 from nvmw.rl.simrun import check_window_s
 from nvmw.workloads.phases import phase_workloads
 
@@ -61,8 +61,8 @@ class SimEnv(ControlEnv):
         self.device = device or "none"
         self._profile = None if self.device == "none" else load_profile(self.device)
         self.params = load_params(params, self.device)
-        self.warmup_windows = check_warmup_windows(warmup_windows)
-        self.trace_seeds = max(1, int(trace_seeds))
+        self.warmup_windows = check_count(warmup_windows, "warmup_windows")
+        self.trace_seeds = check_count(trace_seeds, "trace_seeds", 1)  # 0 or -3 used to be 1 without a word
         self.no_control_max_inflight = int(no_control_max_inflight)
         self.exact = bool(exact)
         self.sim = None
