@@ -42,17 +42,18 @@ struct CommandSpec {
   std::array<std::string_view, 6> flags;
   int first_key, last_key, step;
   std::array<std::string_view, 3> categories;  // ACL categories
+  std::array<std::string_view, 2> key_flags;   // what the command does to its keys
 };
 
-// Flags and ACL categories as Redis 7.0 reports them for its commands of the same name
-// (CLIENT and CONFIG are containers there: no flags of their own).
+// Flags, ACL categories and key flags as Redis 7.0 reports them for its commands of the
+// same name (CLIENT and CONFIG are containers there: no flags of their own).
 constexpr CommandSpec kCommands[] = {
-    {"get", Cmd::kGet, 2, {"readonly", "fast"}, 1, 1, 1, {"@read", "@string", "@fast"}},
-    {"set", Cmd::kSet, -3, {"write", "denyoom"}, 1, 1, 1, {"@write", "@string", "@slow"}},
-    {"del", Cmd::kDel, -2, {"write"}, 1, -1, 1, {"@keyspace", "@write", "@slow"}},
-    {"exists", Cmd::kExists, -2, {"readonly", "fast"}, 1, -1, 1, {"@keyspace", "@read", "@fast"}},
-    {"mget", Cmd::kMget, -2, {"readonly", "fast"}, 1, -1, 1, {"@read", "@string", "@fast"}},
-    {"mset", Cmd::kMset, -3, {"write", "denyoom"}, 1, -1, 2, {"@write", "@string", "@slow"}},
+    {"get", Cmd::kGet, 2, {"readonly", "fast"}, 1, 1, 1, {"@read", "@string", "@fast"}, {"RO", "access"}},
+    {"set", Cmd::kSet, -3, {"write", "denyoom"}, 1, 1, 1, {"@write", "@string", "@slow"}, {"OW", "update"}},
+    {"del", Cmd::kDel, -2, {"write"}, 1, -1, 1, {"@keyspace", "@write", "@slow"}, {"RM", "delete"}},
+    {"exists", Cmd::kExists, -2, {"readonly", "fast"}, 1, -1, 1, {"@keyspace", "@read", "@fast"}, {"RO"}},
+    {"mget", Cmd::kMget, -2, {"readonly", "fast"}, 1, -1, 1, {"@read", "@string", "@fast"}, {"RO", "access"}},
+    {"mset", Cmd::kMset, -3, {"write", "denyoom"}, 1, -1, 2, {"@write", "@string", "@slow"}, {"OW", "update"}},
     {"ping", Cmd::kPing, -1, {"fast"}, 0, 0, 0, {"@fast", "@connection"}},
     {"echo", Cmd::kEcho, 2, {"loading", "stale", "fast"}, 0, 0, 0, {"@fast", "@connection"}},
     {"info", Cmd::kInfo, -1, {"loading", "stale"}, 0, 0, 0, {"@slow", "@dangerous"}},
@@ -941,7 +942,8 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
       }
       // The subcommands and their arities as Redis 7.0's (command|count and so on).
       static constexpr std::pair<std::string_view, int> kSubcommands[] = {
-          {"count", 2}, {"docs", -2}, {"getkeys", -4}, {"help", 2}, {"info", -2}, {"list", -2},
+          {"count", 2}, {"docs", -2}, {"getkeys", -4}, {"getkeysandflags", -4}, {"help", 2}, {"info", -2},
+          {"list", -2},
       };
       const std::string sub = Lower(args[1]);
       const auto* known = std::find_if(std::begin(kSubcommands), std::end(kSubcommands),
@@ -1017,9 +1019,9 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
           resp::AppendArrayHeader(out, names.size());
           for (std::string_view n : names) resp::AppendBulk(out, n);
         });
-      } else if (sub == "getkeys") {
-        // The keys of a full command, from the table's key positions; the errors Redis
-        // gives, in its order.
+      } else if (sub == "getkeys" || sub == "getkeysandflags") {
+        // The keys of a full command, from the table's key positions (and what it does to
+        // them); the errors Redis gives, in its order.
         std::vector<std::string>::const_iterator first = args.begin() + 2;
         const CommandSpec* s = Find(*first);
         const int n = argc - 2;
@@ -1031,9 +1033,29 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
           error("ERR Invalid number of arguments specified for command");
         } else {
           const int last = s->last_key < 0 ? n + s->last_key : s->last_key;
+          std::array<std::string_view, 3> key_flags{s->key_flags[0], s->key_flags[1], ""};
+          if (s->cmd == Cmd::kSet) {
+            // As Redis: SET with a GET option reads the key too (a word "get" as C reads it).
+            for (int i = 3; i < n; ++i) {
+              if (EqualsNoCase("get", std::string_view(first[i].c_str()))) key_flags = {"RW", "access", "update"};
+            }
+          }
           Send(c, [&](std::string* out) {
             resp::AppendArrayHeader(out, (last - s->first_key) / s->step + 1);
-            for (int i = s->first_key; i <= last; i += s->step) resp::AppendBulk(out, first[i]);
+            for (int i = s->first_key; i <= last; i += s->step) {
+              if (sub == "getkeys") {
+                resp::AppendBulk(out, first[i]);
+                continue;
+              }
+              resp::AppendArrayHeader(out, 2);
+              resp::AppendBulk(out, first[i]);
+              size_t nflags = 0;
+              for (std::string_view f : key_flags) nflags += f.empty() ? 0 : 1;
+              resp::AppendSetHeader(out, nflags, c->resp3);
+              for (std::string_view f : key_flags) {
+                if (!f.empty()) resp::AppendSimple(out, f);
+              }
+            }
           });
         }
       } else {  // help
@@ -1055,6 +1077,8 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
             "    commands are returned.",
             "GETKEYS <full-command>",
             "    Return the keys from a full Redis command.",
+            "GETKEYSANDFLAGS <full-command>",
+            "    Return the keys and the access flags from a full Redis command.",
             "HELP",
             "    Prints this help.",
         };
