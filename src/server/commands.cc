@@ -324,6 +324,10 @@ std::string Executable() {
   return n > 0 && static_cast<size_t>(n) < sizeof buf ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
+// An argument as Redis prints it into an error with %.Ns: at most `max` bytes, up to its
+// first NUL.
+std::string CPrefix(std::string_view s, size_t max) { return std::string(s.substr(0, std::min(s.find('\0'), max))); }
+
 bool ValidClientName(std::string_view n) {
   for (char ch : n) {
     if (ch < '!' || ch > '~') return false;
@@ -949,7 +953,7 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
       const auto* known = std::find_if(std::begin(kSubcommands), std::end(kSubcommands),
                                        [&](const auto& s) { return s.first == sub; });
       if (known == std::end(kSubcommands)) {
-        error("ERR unknown subcommand '" + args[1].substr(0, 128) + "'. Try COMMAND HELP.");
+        error("ERR unknown subcommand '" + CPrefix(args[1], 128) + "'. Try COMMAND HELP.");
         return;
       }
       if ((known->second > 0 && argc != known->second) || (known->second < 0 && argc < -known->second)) {
@@ -1099,7 +1103,7 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
       const auto* known = std::find_if(std::begin(kSubcommands), std::end(kSubcommands),
                                        [&](const auto& s) { return s.first == sub; });
       if (known == std::end(kSubcommands)) {
-        error("ERR unknown subcommand '" + args[1].substr(0, 128) + "'. Try CONFIG HELP.");
+        error("ERR unknown subcommand '" + CPrefix(args[1], 128) + "'. Try CONFIG HELP.");
         return;
       }
       if ((known->second > 0 && argc != known->second) || (known->second < 0 && argc < -known->second)) {
