@@ -32,6 +32,9 @@ struct EngineBenchOptions {
   // put figures measure the engine rather than tmpfs allocating pages on first
   // touch (which real pmem does not do). Reported as `prefault` in the output.
   bool prefault = true;
+  // PmemOptions::huge_pages; the timed phases begin once the pool is on 2 MiB pages
+  // (reported as `huge_pages_mib`).
+  bool huge_pages = true;
   // Polled between phases (never inside a timed one): once it reads true the run stops
   // with Shutdown (the pool is removed). Lets a caller cancel it (Ctrl-C in Python).
   const std::atomic<bool>* cancel = nullptr;

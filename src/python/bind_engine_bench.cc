@@ -19,7 +19,7 @@ void BindEngineBench(nb::module_& m) {
       "run_engine_bench",
       [](const std::string& engine, const std::string& pool_dir, int threads,
          uint64_t small_keys, uint64_t large_keys, uint64_t small_bytes, uint64_t large_bytes,
-         bool prefault) {
+         bool prefault, bool huge_pages) {
         CheckPath("pool_dir", pool_dir);
         EngineBenchOptions o;
         o.engine = engine;
@@ -30,6 +30,7 @@ void BindEngineBench(nb::module_& m) {
         o.small_bytes = small_bytes;
         o.large_bytes = large_bytes;
         o.prefault = prefault;
+        o.huge_pages = huge_pages;
         std::map<std::string, double> out;
         std::atomic<bool> cancel{false};
         o.cancel = &cancel;  // Ctrl-C stops it between phases
@@ -45,10 +46,12 @@ void BindEngineBench(nb::module_& m) {
       nb::arg("threads") = d.threads, nb::arg("small_keys") = d.small_keys,
       nb::arg("large_keys") = d.large_keys, nb::arg("small_bytes") = d.small_bytes,
       nb::arg("large_bytes") = d.large_bytes, nb::arg("prefault") = d.prefault,
+      nb::arg("huge_pages") = d.huge_pages,
       "Engine benchmark: `threads` threads put then get small_keys values of small_bytes "
       "and large_keys values of large_bytes (pool in pool_dir, removed afterwards). Returns "
       "put/get_128_ops_per_s, put/get_800k_ops_per_s, put/get_800k_gb_per_s, threads, "
-      "small_bytes, large_bytes, prefault and pmem_is_pmem_force (0/1).");
+      "small_bytes, large_bytes, prefault, huge_pages_mib (the pool's MiB on 2 MiB pages when the "
+      "timed phases began) and pmem_is_pmem_force (0/1).");
 }
 
 }  // namespace nvmw::py

@@ -83,3 +83,15 @@ def test_huge_pages_off_needs_a_pool():
         Middleware(engine="memory", huge_pages=False)
     with pytest.raises(TypeError):
         open_engine("memory", huge_pages="no")
+
+
+def test_engine_bench_times_the_pool_on_the_pages_asked_for(shm_dir):
+    from nvmw import _core
+    if not kernel_collapses(shm_dir):
+        pytest.skip("this kernel cannot move tmpfs pages to 2 MiB pages (MADV_COLLAPSE)")
+    args = dict(engine="pmem", pool_dir=shm_dir, threads=1, small_keys=2000, large_keys=4)
+    on = _core.run_engine_bench(**args)
+    off = _core.run_engine_bench(**args, huge_pages=False)
+    assert on["huge_pages_mib"] > 0
+    assert off["huge_pages_mib"] == 0
+    assert os.listdir(shm_dir) == []  # both temporary pools removed

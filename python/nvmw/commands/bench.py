@@ -40,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--threads", type=int_in(1, 4096), default=2)
     e.add_argument("--small-keys", type=nonneg_int, default=100_000)
     e.add_argument("--large-keys", type=nonneg_int, default=256)
+    e.add_argument("--huge-pages", action=argparse.BooleanOptionalAction, default=True,
+                   help="time the pmem pool once it is on 2 MiB pages, as a long-running engine has it "
+                   "(default: on; --no-huge-pages keeps 4 KiB pages)")
     e.add_argument("--runs", type=positive_int, default=1, help="repeat and report every run plus the median")
     e.add_argument("--json", action="store_true", help="print one JSON object (default: also JSON)")
     e.set_defaults(func=run_engine)
@@ -66,7 +69,7 @@ def run_engine(args: argparse.Namespace) -> int:
     for _ in range(max(1, args.runs)):
         runs.append(dict(_core.run_engine_bench(
             engine=args.engine, pool_dir=args.pool_dir, threads=args.threads,
-            small_keys=args.small_keys, large_keys=args.large_keys)))
+            small_keys=args.small_keys, large_keys=args.large_keys, huge_pages=args.huge_pages)))
     result = dict(runs[0]) if len(runs) == 1 else {"median": _median_of_runs(runs), "runs": runs}
     result["engine"] = args.engine
     result["cores"] = cores()
