@@ -6,7 +6,8 @@ hand-edited file would then run on a value nobody meant. Standard library only.
 Also the two ways every lab file is opened: `open_input` for the files a command reads
 (a directory is refused naming it), and `replacing` / `open_output` for the files it writes
 (written beside the target and renamed onto it, so Ctrl-C, a full disk or a second run
-writing the same file never leaves half a file that a later command misreads)."""
+writing the same file never leaves half a file that a later command misreads); plots go
+the same way through `save_figure`."""
 from __future__ import annotations
 
 import contextlib
@@ -78,6 +79,18 @@ def open_output(path: "str | os.PathLike", mode: str = "w", **kwargs: Any) -> It
             yield fh
 
 
+def save_figure(fig: Any, path: "str | os.PathLike", **kwargs: Any) -> None:
+    """`fig.savefig(path, **kwargs)` through `open_output`: the plot at `path` is whole, or
+    what was there before is left as it was; a device or a FIFO is written in place. The
+    format is the extension of `path` (matplotlib's default, PNG, without one) and the file
+    is written as named: savefig alone adds ".png" to a name without an extension (the
+    command then reported a file it had not written), and opens a path for reading back,
+    which a pipe refuses."""
+    fmt = kwargs.pop("format", None) or os.path.splitext(os.fspath(path))[1][1:] or fig.canvas.get_default_filetype()
+    with open_output(path, "wb") as fh:
+        fig.savefig(fh, format=fmt, **kwargs)
+
+
 def remove_stale(directory: "str | os.PathLike", owned: "list[str] | tuple[str, ...]",
                  written: "list[str] | tuple[str, ...]") -> list:
     """Remove from `directory` the files a command owns there (`owned`, names) that this
@@ -129,4 +142,4 @@ def load(path: "str | os.PathLike", what: str) -> Any:
                          f"{', '.join(map(repr, e.keys))} given more than once in one object") from None
 
 
-__all__ = ["load", "open_input", "open_output", "remove_stale", "replacing"]
+__all__ = ["load", "open_input", "open_output", "remove_stale", "replacing", "save_figure"]

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any, Dict, Iterable, List, Optional
 
-from nvmw import _core
+from nvmw import _core, jsonfiles
 from nvmw.devices import REFERENCE_BYTES, ProfileLike, load_profile, model
 from nvmw.errors import InvalidArgumentError
 
@@ -93,8 +93,10 @@ def plot(path: str, profiles: Iterable[str] = ("optane-1dimm", "optane-6dimm"),
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        jsonfiles.save_figure(fig, path, dpi=110)
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -618,8 +618,10 @@ def plot_traces(traces: Mapping[str, Mapping[str, list]], path: str | os.PathLik
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        jsonfiles.save_figure(fig, path, dpi=110)
+    finally:
+        plt.close(fig)
 
 
 #: The files `write_outputs` writes in its directory, by key of the paths it returns.

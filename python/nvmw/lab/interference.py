@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from nvmw import jsonfiles
 from nvmw.workloads.ycsb import YcsbConfig, YcsbWorkload
 from nvmw.middleware import Middleware
 
@@ -147,6 +148,8 @@ def plot(result: dict, path: str) -> str:
                  f"{c['batch_clients']} batch clients ({c['batch_bytes'] // 1024} KB); "
                  f"engine {c['engine']}, device {c['device']}, {result['cores']} cores", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        jsonfiles.save_figure(fig, path, dpi=110)
+    finally:
+        plt.close(fig)
     return path

@@ -15,6 +15,7 @@ from scipy.optimize import minimize
 from scipy.stats import spearmanr
 from tqdm.auto import tqdm
 
+from nvmw import jsonfiles
 from nvmw.lab.calibration import sweep_env, windows_by_config
 from nvmw.rl.sim import FIT_NAMES, SimEnv, load_params
 
@@ -223,8 +224,10 @@ def plot_check(real: Mapping, sim: Mapping, path: str, title: str = "") -> None:
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        jsonfiles.save_figure(fig, path, dpi=110)
+    finally:
+        plt.close(fig)
 
 
 __all__ = ["fit", "compare", "simulate_sweep", "per_config", "plot_check", "FIT_START", "FITTABLE"]

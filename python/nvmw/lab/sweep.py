@@ -405,8 +405,10 @@ def plot_sweep(summary: dict, path: str) -> None:
                  f"{summary['device']}, {summary['cores']} cores, "
                  f"{summary['ycsb_clients']}+{summary['batch_clients']} clients", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        jsonfiles.save_figure(fig, path, dpi=120)
+    finally:
+        plt.close(fig)
 
 
 def config_from_dict(d: dict) -> SweepConfig:

@@ -196,8 +196,10 @@ def plot_curve(history: Sequence[Mapping[str, Any]], path: str, header: Mapping[
     fig.suptitle(f"Q-learning: env {header['env']}, device {header['device']}, window {header['window_s']} s, "
                  f"SLA {header['sla']}", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        jsonfiles.save_figure(fig, path, dpi=110)
+    finally:
+        plt.close(fig)
 
 
 def _running(x: np.ndarray, n: int, fn) -> np.ndarray:

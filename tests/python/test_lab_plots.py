@@ -1,0 +1,149 @@
+"""How the lab writes its plots: as its other outputs, beside the path and renamed onto it,
+so a plot is whole or absent whatever stops the writer (Ctrl-C, a full disk); a file
+replaced keeps its permission bits, a device or a FIFO is written in place, and the file
+is written under the name given."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+import threading
+
+import pytest
+from matplotlib.figure import Figure
+
+from cli_output import one_error_line
+from nvmw.cli import main
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _savefig_fails_halfway(monkeypatch):
+    """Figure.savefig writes the start of a PNG, then the disk is full."""
+    def savefig(self, fname, **kwargs):
+        if hasattr(fname, "write"):
+            fname.write(PNG_MAGIC + b"\0" * 100)
+            fname.flush()
+        else:
+            with open(fname, "wb") as fh:
+                fh.write(PNG_MAGIC + b"\0" * 100)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(Figure, "savefig", savefig)
+
+
+def _sweep(tmp_path) -> str:
+    rows = [{"phase": ph, "interactive_threads": i, "batch_threads": 1, "p99_us": 100.0 + 10 * i + k,
+             "throughput": 4000.0 - k} for ph in (1, 2) for i in (1, 2) for k in range(3)]
+    p = tmp_path / "sweep.json"
+    p.write_text(json.dumps({"rows": rows, "run": {"window_s": 0.1, "cores": 2, "device": "optane-1dimm"}}))
+    return str(p)
+
+
+def _curve(path):
+    from nvmw.lab.training import plot_curve
+
+    history = [{"phase": ph, "reward_median": -1.0 * k, "epsilon": 0.9 / (k + 1)} for ph in (1, 2) for k in range(4)]
+    plot_curve(history, path, {"env": "synthetic", "device": "optane-1dimm", "window_s": 0.1, "sla": "default"})
+
+
+def _sweep_plot(path):
+    from nvmw.lab.sweep import plot_sweep
+
+    configs = [{"config": c, "control": c != "none", "p99_samples_us": [100.0, 120.0, 150.0],
+                "batch_ops_per_s": 1000.0 + k} for k, c in enumerate(["none", "1/1", "2/1"])]
+    plot_sweep({"configs": configs, "device": "optane-1dimm", "cores": 2, "ycsb_clients": 2, "batch_clients": 1,
+                "workload": {"ycsb": {"distribution": "zipfian", "value_bytes": 100, "read_proportion": 0.5}}},
+               path)
+
+
+def _traces_plot(path):
+    from nvmw.lab.evaluation import plot_traces
+
+    steps = list(range(20))
+    trace = {"step": steps, "interactive_threads": [2] * 20, "batch_threads": [1] * 20,
+             "throughput": [1000.0] * 20, "p99_us": [100.0] * 20, "offered_ops_per_s": [900.0] * 20,
+             "schedule": [1, 2]}
+    plot_traces({"fixed": trace}, path, 10)
+
+
+def _interference_plot(path):
+    from nvmw.lab.interference import plot
+
+    rows = [{"scenario": s, "interactive_p99_us": 100.0 * (k + 1), "batch_mb_per_s": 10.0 * k}
+            for k, s in enumerate(["alone", "shared", "controlled"])]
+    plot({"rows": rows, "cores": 2, "config": {"interactive_clients": 2, "interactive_bytes": 100,
+                                               "batch_clients": 1, "batch_bytes": 65536, "engine": "memory",
+                                               "device": "optane-1dimm"}}, path)
+
+
+@pytest.mark.parametrize("argv", [
+    ["device", "plot", "{out}"],
+    ["sim", "check", "{sweep}", "--windows", "1", "--plot", "{out}"],
+])
+def test_a_command_whose_plot_fails_halfway_keeps_the_previous_file(tmp_path, monkeypatch, capsys, argv):
+    # Was: the start of the PNG stayed at the path, under the final name, and the error
+    # did not name the file.
+    sweep = _sweep(tmp_path)
+    out = tmp_path / "out.png"
+    out.write_bytes(b"previous")
+    _savefig_fails_halfway(monkeypatch)
+    assert main([a.format(out=out, sweep=sweep) for a in argv]) == 1
+    assert out.read_bytes() == b"previous"
+    assert sorted(os.listdir(tmp_path)) == ["out.png", "sweep.json"]  # no temporary left
+    one_error_line(capsys, "No space left on device", str(out))
+
+
+@pytest.mark.parametrize("write", [_curve, _sweep_plot, _traces_plot, _interference_plot])
+def test_a_plot_that_fails_halfway_keeps_the_previous_file(tmp_path, monkeypatch, write):
+    out = tmp_path / "out.png"
+    out.write_bytes(b"previous")
+    _savefig_fails_halfway(monkeypatch)
+    with pytest.raises(OSError, match="No space left on device"):
+        write(str(out))
+    assert out.read_bytes() == b"previous"
+    assert os.listdir(tmp_path) == ["out.png"]
+
+
+def test_a_plot_replaced_keeps_its_permission_bits(tmp_path):
+    out = tmp_path / "curve.png"
+    out.write_bytes(b"previous")
+    out.chmod(0o600)
+    _curve(str(out))
+    assert out.read_bytes().startswith(PNG_MAGIC)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert os.listdir(tmp_path) == ["curve.png"]
+
+
+def test_a_plot_is_written_as_named(tmp_path, capsys):
+    # Was: matplotlib added ".png" to a name without an extension: `device plot curve`
+    # wrote curve.png and printed curve.
+    out = tmp_path / "curve"
+    assert main(["device", "plot", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    assert os.listdir(tmp_path) == ["curve"]
+    assert out.read_bytes().startswith(PNG_MAGIC)
+
+
+def test_a_plot_into_a_fifo_is_written_in_place(tmp_path):
+    # Was: matplotlib opened the path to read it back, which a FIFO refuses
+    # ("File or stream is not seekable").
+    fifo = str(tmp_path / "curve.png")
+    os.mkfifo(fifo)
+    got = []
+
+    def read():
+        with open(fifo, "rb") as fh:
+            got.append(fh.read())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        _curve(fifo)
+    finally:
+        if not got and reader.is_alive():  # the writer failed before it opened: let the reader go
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join()
+    assert got[0].startswith(PNG_MAGIC) and len(got[0]) > 1000
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert os.listdir(tmp_path) == ["curve.png"]
