@@ -51,6 +51,22 @@ def test_bad_phase_files(tmp_path):
         phases.load_phase(7)
 
 
+@pytest.mark.parametrize("word", ["\u0661", "\uff11", "\u00b2", "1\u0661"])  # ARABIC-INDIC ONE, FULLWIDTH ONE, SUPERSCRIPT TWO
+def test_a_phase_number_is_ascii_digits(word):
+    # Was: str.isdigit() took them for numbers and int() read "١" and "１" as 1 (phase 1
+    # ran) and failed on "²" ("invalid literal for int() with base 10").
+    with pytest.raises(ValueError, match=f"'{word}' is not a phase number \\(decimal digits 0-9\\) or a phase file"):
+        phases.load_phase(word)
+    assert phases.load_phase("1").number == 1
+
+
+def test_list_phases_counts_only_ascii_numbers(tmp_path, monkeypatch):
+    for name in ("phase1.toml", "phase\u0662.toml", "phase\u00b2.toml"):
+        (tmp_path / name).write_text("")
+    monkeypatch.setattr(phases, "PHASE_DIR", str(tmp_path))
+    assert phases.list_phases() == [1]
+
+
 def test_make_controller_specs():
     assert lineup.make_controller("fixed:3,4").act(None, {}) == (3, 4)
     assert lineup.make_controller("none").requires_control is False

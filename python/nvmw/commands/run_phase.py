@@ -17,9 +17,9 @@ from nvmw.workloads.phases import load_phase
 
 
 def _phase_arg(text: str) -> str:
-    """argparse type of PHASE: a phase file, or a number in decimal digits 0-9. load_phase
-    reads any str.isdigit() word as a number, through int(): "١" (ARABIC-INDIC DIGIT ONE)
-    ran phase 1, and "²" failed inside int()."""
+    """argparse type of PHASE: a phase file, or a number in decimal digits 0-9. A word of
+    other digits ("١", ARABIC-INDIC DIGIT ONE, or "²"; str.isdigit() is true for them) is a
+    usage error here, as load_phase refuses it."""
     if text.isdigit() and not text.isascii():
         raise argparse.ArgumentTypeError(f"{text!r} is not a phase number (decimal digits 0-9) or a phase file")
     return text

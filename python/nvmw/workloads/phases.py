@@ -188,8 +188,11 @@ def load_phase(n_or_path: Union[int, str, os.PathLike], capacity: CapacityLike =
     capacity_rate) is resolved to target_ops_per_s with `capacity` (a capacity file path,
     a shipped device name, a dict or a `Capacity`; default $NVMW_CAPACITY, else the
     shipped optane-1dimm file; see nvmw.workloads.capacity). ValueError for a bad file,
-    a bad factor or a missing capacity file."""
-    if isinstance(n_or_path, int) or (isinstance(n_or_path, str) and n_or_path.isdigit()):
+    a bad factor or a missing capacity file. A number given as a string is ASCII digits 0-9:
+    a word of other digits ("١", "²"; str.isdigit() is true for them) is a ValueError."""
+    if isinstance(n_or_path, str) and n_or_path.isdigit() and not n_or_path.isascii():
+        raise ValueError(f"{n_or_path!r} is not a phase number (decimal digits 0-9) or a phase file")
+    if isinstance(n_or_path, int) or (isinstance(n_or_path, str) and n_or_path.isascii() and n_or_path.isdigit()):
         path = os.path.join(PHASE_DIR, f"phase{int(n_or_path)}.toml")
         if not os.path.exists(path):
             raise ValueError(f"no shipped phase {n_or_path}: choose one of {list_phases()}")
@@ -250,7 +253,7 @@ def list_phases() -> list[int]:
     """Numbers of the shipped phases."""
     out = []
     for name in os.listdir(PHASE_DIR):
-        if name.startswith("phase") and name.endswith(".toml") and name[5:-5].isdigit():
+        if name.startswith("phase") and name.endswith(".toml") and name[5:-5].isascii() and name[5:-5].isdigit():
             out.append(int(name[5:-5]))
     return sorted(out)
 
