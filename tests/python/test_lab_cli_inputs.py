@@ -139,6 +139,44 @@ def test_evaluate_outputs_remove_their_own_files_this_run_did_not_write(tmp_path
     assert lines == [f"removed eval.png of an earlier run from {out} (not written by this one)"]
 
 
+# --- refused runs leave nothing behind ------------------------------------------------
+
+@pytest.mark.parametrize("argv, words", [
+    (["--save-agent", "{d}/agents/a.joblib"], "--save-agent needs --online"),
+    (["--controllers", "bogus"], "unknown controller 'bogus'"),
+    (["--online", "--controllers", "q-learning", "--agent", "{d}/missing.joblib",
+      "--save-agent", "{d}/agents/a.joblib"], "missing.joblib"),
+])
+def test_a_refused_evaluate_leaves_no_directory_behind(tmp_path, capsys, argv, words):
+    # Was: --out (and --save-agent's directory) was made before the arguments were
+    # checked, and stayed, empty, after the refusal.
+    out = tmp_path / "runs" / "eval"
+    assert main(["evaluate", "--env", "synthetic", "--steps", "4", "--switch-every", "2", "--out", str(out),
+                 *[a.format(d=tmp_path) for a in argv]]) == 1
+    _one_error_line(capsys, words.format(d=tmp_path))
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("out, words", [("{d}/file/eval", "file is not a directory"),
+                                        ("{d}/file", "cannot create the output directory (File exists)")])
+def test_evaluate_refuses_an_out_it_cannot_make_before_the_run(tmp_path, capsys, out, words):
+    (tmp_path / "file").write_text("the user's own")
+    out = out.format(d=tmp_path)
+    assert main(["evaluate", "--env", "synthetic", "--steps", "4", "--switch-every", "2", "--controllers", "none",
+                 "--out", out]) == 1
+    _one_error_line(capsys, f"--out {out}", words)
+    assert os.listdir(tmp_path) == ["file"]
+
+
+def test_evaluate_makes_its_directories_when_it_writes(tmp_path):
+    out = tmp_path / "runs" / "eval"
+    agent = tmp_path / "agents" / "b.joblib"
+    assert main(["evaluate", "--env", "sim", "--window", "0.05", "--steps", "4", "--switch-every", "2",
+                 "--controllers", "q-learning", "--online", "--save-agent", str(agent), "--out", str(out)]) == 0
+    assert (out / "eval.md").exists() and (out / "eval.png").exists()
+    assert sorted(os.listdir(agent.parent)) == ["b.joblib", "b.policy.json"]
+
+
 # --- numbers as the rest of the project writes them ---------------------------------
 
 @pytest.mark.parametrize("argv, option", [

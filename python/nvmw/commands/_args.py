@@ -280,13 +280,14 @@ class Distinct(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def check_output_file(path: Optional[str], option: str) -> None:
+def check_output_file(path: Optional[str], option: str, *, create: bool = True) -> None:
     """Refuse, before a long run, an output file whose directory is missing and cannot be
-    created or is not writable (the results would otherwise be lost at the end)."""
+    created or is not writable (the results would otherwise be lost at the end). The
+    directory is created now, or with `create` False only checked (`check_output_dir`)."""
     if path is None:
         return
     parent = os.path.dirname(os.path.abspath(path)) or "."
-    check_output_dir(parent, option)
+    check_output_dir(parent, option, create=create)
     if os.path.isdir(path):
         raise ValueError(f"{option} {path}: is a directory")
     if os.path.exists(path) and not os.access(path, os.W_OK):
@@ -328,9 +329,21 @@ def check_apart(outputs: list, inputs: list = ()) -> None:
         seen[key] = option
 
 
-def check_output_dir(path: Optional[str], option: str) -> None:
-    """Create the output directory now (as the run would at its end) and check it is writable."""
+def check_output_dir(path: Optional[str], option: str, *, create: bool = True) -> None:
+    """Create the output directory now (as the run would at its end) and check it is writable.
+    With `create` False nothing is made: a missing directory is only checked to be one the
+    run can make (the nearest directory above it is writable), for a command that refuses
+    more of its arguments later and should leave nothing behind when it does."""
     if path is None:
+        return
+    if not create and not os.path.lexists(path):
+        above = os.path.dirname(os.path.abspath(path))
+        while not os.path.lexists(above):
+            above = os.path.dirname(above)
+        if not os.path.isdir(above):
+            raise ValueError(f"{option} {path}: cannot create the output directory ({above} is not a directory)")
+        if not os.access(above, os.W_OK | os.X_OK):
+            raise ValueError(f"{option} {path}: cannot create the output directory ({above} is not writable)")
         return
     try:
         os.makedirs(path, exist_ok=True)

@@ -80,11 +80,14 @@ def _say(line: str) -> None:
 
 
 def run(args) -> int:
-    check_output_dir(args.out, "--out")
+    # Checked, not made: a run refused here or while its controllers are built leaves no
+    # directory behind. write_outputs makes --out, and --save-agent's directory is made
+    # when the agent is saved.
+    check_output_dir(args.out, "--out", create=False)
     if args.save_agent and not (args.online or "q-learning-online" in args.controllers):
         raise ValueError("--save-agent needs --online or the q-learning-online controller "
                          "(without either the agent does not change)")
-    check_output_file(args.save_agent, "--save-agent")
+    check_output_file(args.save_agent, "--save-agent", create=False)
     check_beside(args.save_agent, "--save-agent", "the agent's policy file (NAME.policy.json)")
     for key, value in (_QUICK if args.quick else _FULL).items():
         if getattr(args, key) is None:
@@ -117,6 +120,7 @@ def run(args) -> int:
     if args.save_agent:
         for c in controllers:
             if isinstance(c, OnlineAgentController):
+                os.makedirs(os.path.dirname(os.path.abspath(args.save_agent)), exist_ok=True)
                 c.agent.save(args.save_agent, metadata={**dict(getattr(c.agent, "metadata_", {}) or {}),
                                                         "online": {"updates": c.updates, "run": dict(header)}})
                 paths["agent"] = args.save_agent
