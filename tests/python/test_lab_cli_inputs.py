@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from cli_output import one_error_line as _one_error_line
+from cli_output import write_sweep as _sweep
 from nvmw.cli import build_parser, main
 
 
@@ -63,14 +64,6 @@ def test_run_phase_refuses_capacity_for_a_phase_paced_in_its_file(tmp_path, caps
 
 
 # --- outputs with a file written beside them -----------------------------------------
-
-def _sweep(tmp_path) -> str:
-    rows = [{"phase": ph, "interactive_threads": i, "batch_threads": 1, "p99_us": 100.0 + 10 * i + k,
-             "throughput": 4000.0 - k} for ph in (1, 2) for i in (1, 2) for k in range(3)]
-    p = tmp_path / "sweep.json"
-    p.write_text(json.dumps({"rows": rows, "run": {"window_s": 0.1, "cores": 2, "device": "optane-1dimm"}}))
-    return str(p)
-
 
 def test_calibrate_refuses_an_out_with_no_place_for_the_oracle_table_beside_it(tmp_path, capsys):
     # Was: the spec went into the FIFO (or device) and the oracle table beside it, at

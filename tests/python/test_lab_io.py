@@ -16,6 +16,7 @@ import time
 import pytest
 
 from cli_output import one_error_line as _one_error_line
+from cli_output import write_sweep as _sweep
 from nvmw.cli import main
 from nvmw.control.sla import SLASpec
 from nvmw.lab.calibration import save_oracle, save_sweep
@@ -115,14 +116,6 @@ def test_a_file_nested_past_the_parsers_recursion_is_named(tmp_path, capsys, nam
 
 
 # --- outputs complete or absent -------------------------------------------------------
-
-def _sweep(tmp_path) -> str:
-    rows = [{"phase": ph, "interactive_threads": i, "batch_threads": 1, "p99_us": 100.0 + 10 * i + k,
-             "throughput": 4000.0 - k} for ph in (1, 2) for i in (1, 2) for k in range(3)]
-    p = tmp_path / "sweep.json"
-    p.write_text(json.dumps({"rows": rows, "run": {"window_s": 0.1, "cores": 2, "device": "optane-1dimm"}}))
-    return str(p)
-
 
 def test_a_full_disk_leaves_no_half_written_output(tmp_path):
     # Was: the first 100 bytes of the SLA spec stayed at --out (a later command read its

@@ -5,7 +5,6 @@ is written under the name given."""
 from __future__ import annotations
 
 import errno
-import json
 import os
 import stat
 import threading
@@ -14,6 +13,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from cli_output import one_error_line
+from cli_output import write_sweep as _sweep
 from nvmw.cli import main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -30,14 +30,6 @@ def _savefig_fails_halfway(monkeypatch):
                 fh.write(PNG_MAGIC + b"\0" * 100)
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     monkeypatch.setattr(Figure, "savefig", savefig)
-
-
-def _sweep(tmp_path) -> str:
-    rows = [{"phase": ph, "interactive_threads": i, "batch_threads": 1, "p99_us": 100.0 + 10 * i + k,
-             "throughput": 4000.0 - k} for ph in (1, 2) for i in (1, 2) for k in range(3)]
-    p = tmp_path / "sweep.json"
-    p.write_text(json.dumps({"rows": rows, "run": {"window_s": 0.1, "cores": 2, "device": "optane-1dimm"}}))
-    return str(p)
 
 
 def _curve(path):
