@@ -170,6 +170,8 @@ def test_non_utf8_sla_spec_names_the_file(tmp_path, capsys):
     ('{"table": {"1": [1.7, 2.2]}}', "phase 1: expected"),          # was: run as 1, 2
     ('{"table": {"1": [4, 4, 4]}}', "phase 1: expected"),
     ('{"table": {"x": [4, 4]}}', "'x' is not a phase number"),
+    ('{"table": {"\\u0661": [4, 4]}}', "'\u0661' is not a phase number"),  # was: read as phase 1
+    ('{"table": {"\\u00b2": [4, 4]}}', "'\u00b2' is not a phase number"),  # was: int() error, no file
     ('{"table": {}}', "empty"),
     ("", "not JSON"),
 ])

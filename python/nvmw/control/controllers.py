@@ -129,8 +129,8 @@ class OracleFixed(Controller):
     @classmethod
     def from_json(cls, path: str | os.PathLike) -> "OracleFixed":
         """Load {"table": {"1": [i, b], ...}} as written by `nvmw calibrate`; ValueError
-        naming the file for anything else (every phase an integer, every entry two thread
-        counts >= 1)."""
+        naming the file for anything else (every phase an integer in ASCII digits 0-9, every
+        entry two thread counts >= 1)."""
         data = jsonfiles.load(path, "an oracle table")
         table = data.get("table", data.get("oracle")) if isinstance(data, dict) else None
         if not isinstance(table, dict):
@@ -139,8 +139,10 @@ class OracleFixed(Controller):
             raise ValueError(f"{path}: the oracle table is empty")
         seen: dict[int, str] = {}
         for phase, cfg in table.items():
-            if not phase.strip().isdigit():
-                raise ValueError(f"{path}: table key {phase!r} is not a phase number")
+            # ASCII digits only: str.isdigit() is true for "١" (which int() reads as 1) and
+            # for "²" (which int() refuses).
+            if not (phase.strip().isascii() and phase.strip().isdigit()):
+                raise ValueError(f"{path}: table key {phase!r} is not a phase number (decimal digits 0-9)")
             if int(phase) in seen:
                 raise ValueError(f"{path}: table keys {seen[int(phase)]!r} and {phase!r} are both phase {int(phase)}")
             seen[int(phase)] = phase
