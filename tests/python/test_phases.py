@@ -60,6 +60,19 @@ def test_a_phase_number_is_ascii_digits(word):
     assert phases.load_phase("1").number == 1
 
 
+@pytest.mark.parametrize("flag", [True, False])
+def test_a_phase_number_is_not_a_bool(flag):
+    # Was: a bool is an int to isinstance, so load_phase(True) loaded phase 1 and
+    # phase_workloads(True, 0) built phase 1's traces (or was served them from the cache).
+    phases.phase_workloads(1, 0)
+    with pytest.raises(TypeError, match="n_or_path must be a phase number or a phase file, not bool"):
+        phases.load_phase(flag)
+    with pytest.raises(TypeError, match="phase must be a phase number, not bool"):
+        phases.phase_workloads(flag, 0)
+    with pytest.raises(TypeError, match="phase must be a phase number, not float"):
+        phases.phase_workloads(1.0, 0)
+
+
 def test_list_phases_counts_only_ascii_numbers(tmp_path, monkeypatch):
     for name in ("phase1.toml", "phase\u0662.toml", "phase\u00b2.toml"):
         (tmp_path / name).write_text("")

@@ -14,6 +14,7 @@ import functools
 import hashlib
 import marshal
 import math
+import operator
 import os
 import sys
 from dataclasses import dataclass
@@ -189,7 +190,10 @@ def load_phase(n_or_path: Union[int, str, os.PathLike], capacity: CapacityLike =
     a shipped device name, a dict or a `Capacity`; default $NVMW_CAPACITY, else the
     shipped optane-1dimm file; see nvmw.workloads.capacity). ValueError for a bad file,
     a bad factor or a missing capacity file. A number given as a string is ASCII digits 0-9:
-    a word of other digits ("١", "²"; str.isdigit() is true for them) is a ValueError."""
+    a word of other digits ("١", "²"; str.isdigit() is true for them) is a ValueError,
+    and a bool (an int to isinstance, so True would be phase 1) a TypeError."""
+    if isinstance(n_or_path, bool):
+        raise TypeError(f"n_or_path must be a phase number or a phase file, not bool ({n_or_path!r})")
     if isinstance(n_or_path, str) and n_or_path.isdigit() and not n_or_path.isascii():
         raise ValueError(f"{n_or_path!r} is not a phase number (decimal digits 0-9) or a phase file")
     if isinstance(n_or_path, int) or (isinstance(n_or_path, str) and n_or_path.isascii() and n_or_path.isdigit()):
@@ -405,14 +409,21 @@ def _workload_cache_path(ph: "Phase", seed: int, rate_scale: float) -> Optional[
     return os.path.join(root, f"phase{ph.number}-{hashlib.sha256(key.encode()).hexdigest()[:24]}.marshal")
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=64, typed=True)  # typed: True is not served phase 1's entry
 def phase_workloads(phase: int, seed: int, rate_scale: float = 1.0) -> tuple[dict, dict, float]:
     """(interactive, batch, offered ops/s) of a shipped phase as the simulator takes them
     (arrival times, write flags, sizes, loop period, clients per class), built from the
     very traces `PhaseWorkload(phase, seed=seed)` replays. Kept in memory and on disk
     (`workload_cache_dir`, keyed by the phase definition, seed, rate scale and the core
-    build), since synthesising the traces takes longer than simulating an episode."""
-    ph = load_phase(int(phase))
+    build), since synthesising the traces takes longer than simulating an episode.
+    `phase` is an integer (a bool, a float or a string is a TypeError)."""
+    if isinstance(phase, bool):
+        raise TypeError(f"phase must be a phase number, not bool ({phase!r})")
+    try:
+        phase = operator.index(phase)
+    except TypeError:
+        raise TypeError(f"phase must be a phase number, not {type(phase).__name__}") from None
+    ph = load_phase(phase)
     path = _workload_cache_path(ph, seed, rate_scale)
     if path is not None:
         try:
