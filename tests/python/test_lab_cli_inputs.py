@@ -150,6 +150,21 @@ def test_a_refused_evaluate_leaves_no_directory_behind(tmp_path, capsys, argv, w
     assert os.listdir(tmp_path) == []
 
 
+def test_a_refused_sweep_leaves_no_directory_behind(tmp_path, capsys):
+    # Was: --out was made before the configuration was checked, and stayed, empty.
+    with pytest.raises(SystemExit, match=re.escape("grid_i values must be in [1, 32]")):
+        main(["sweep", "--grid-i", "40", "--out", str(tmp_path / "runs" / "sweep")])
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_refused_demo_leaves_no_directory_behind(tmp_path, capsys):
+    # Was: --out was made before the device was looked up, and stayed, empty.
+    assert main(["demo", "--engine", "memory", "--device", "nope", "--duration", "0.05", "--clients", "1",
+                 "--table-only", "--out", str(tmp_path / "runs" / "demo")]) == 1
+    assert "no device profile 'nope'" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("out, words", [("{d}/file/eval", "file is not a directory"),
                                         ("{d}/file", "cannot create the output directory (File exists)")])
 def test_evaluate_refuses_an_out_it_cannot_make_before_the_run(tmp_path, capsys, out, words):

@@ -40,10 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_output_dir(args.out, "--out")
+    check_output_dir(args.out, "--out", create=False)  # made when the first results are written
     if args.engine == "pmem":
         ensure_pmem_force(args.argv)  # the demo's pool lives on tmpfs
-    os.makedirs(args.out, exist_ok=True)
     cfg = InterferenceConfig(duration_s=args.duration, interactive_clients=args.clients,
                              batch_clients=args.clients, engine=args.engine, device=args.device)
     print(f"nvmw demo: {args.clients} interactive clients (128 B, 50/50 get/put) + "
@@ -63,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
           f"{best['interactive_p99_us'] / max(alone, 1e-9):.1f}x the isolated p99 "
           f"({_versus(nocontrol['interactive_p99_us'], best['interactive_p99_us'])} no control) at "
           f"{best['batch_mb_per_s'] / max(nocontrol['batch_mb_per_s'], 1e-9):.2f}x the batch throughput.")
+    os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "interference.json"), "w") as f:
         json.dump(result, f, indent=2)
     png = plot(result, os.path.join(args.out, "interference.png"))

@@ -95,7 +95,7 @@ def _x(ratio) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_output_dir(args.out, "--out")
+    check_output_dir(args.out, "--out", create=False)  # made when the results are written
     try:
         cfg = build_config(args)
     except ValueError as e:
