@@ -277,21 +277,24 @@ bool ParseRedisInt(std::string_view s, int64_t* out) {
   return ec == std::errc() && ptr == s.data() + s.size();
 }
 
+// An argument as Redis prints it into an error with %.Ns: at most `max` bytes, up to its
+// first NUL.
+std::string CPrefix(std::string_view s, size_t max) { return std::string(s.substr(0, std::min(s.find('\0'), max))); }
+
 // The error for a command not in the table, worded and cut as Redis 7 cuts it
 // (processCommand): the name to 128 bytes, then the arguments, each quoted and followed by
 // a space, while the list is under 128 bytes, each cut to the bytes left of those 128. As
 // Redis prints them with %s, a name or an argument ends at its first NUL byte.
 std::string UnknownCommandError(const std::vector<std::string>& args) {
-  auto c_string = [](std::string_view s, size_t max) { return s.substr(0, std::min(s.find('\0'), max)); };
   std::string list;
   for (size_t i = 1; i < args.size() && list.size() < 128; ++i) {
     const size_t room = 128 - list.size();
     list += '\'';
-    list += c_string(args[i], room);
+    list += CPrefix(args[i], room);
     list += "' ";
   }
   std::string msg = "ERR unknown command '";
-  msg += c_string(args[0], 128);
+  msg += CPrefix(args[0], 128);
   msg += "', with args beginning with: ";
   msg += list;
   return msg;
@@ -323,10 +326,6 @@ std::string Executable() {
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf);
   return n > 0 && static_cast<size_t>(n) < sizeof buf ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
-
-// An argument as Redis prints it into an error with %.Ns: at most `max` bytes, up to its
-// first NUL.
-std::string CPrefix(std::string_view s, size_t max) { return std::string(s.substr(0, std::min(s.find('\0'), max))); }
 
 bool ValidClientName(std::string_view n) {
   for (char ch : n) {
@@ -903,23 +902,38 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
       return;
     }
     case Cmd::kClient: {
+      // The subcommands nvmw has and their arities as Redis's (SETINFO as Redis 7.2's); the
+      // others are unknown subcommands.
+      static constexpr std::pair<std::string_view, int> kSubcommands[] = {
+          {"getname", 2}, {"id", 2}, {"setinfo", 4}, {"setname", 3},
+      };
       const std::string sub = Lower(args[1]);
-      if (sub == "setname" && args.size() == 3) {
+      const auto* known = std::find_if(std::begin(kSubcommands), std::end(kSubcommands),
+                                       [&](const auto& s) { return s.first == sub; });
+      if (known == std::end(kSubcommands)) {
+        error("ERR unknown subcommand '" + CPrefix(args[1], 128) + "'. Try CLIENT HELP.");
+        return;
+      }
+      if (argc != known->second) {
+        error("ERR wrong number of arguments for 'client|" + sub + "' command");
+        return;
+      }
+      if (sub == "setname") {
         if (!ValidClientName(args[2])) {
           error("ERR Client names cannot contain spaces, newlines or special characters.");
         } else {
           c->name = args[2];
           ok();
         }
-      } else if (sub == "getname" && args.size() == 2) {
+      } else if (sub == "getname") {
         if (c->name.empty()) {
           Send(c, [&](std::string* out) { resp::AppendNull(out, c->resp3); });
         } else {
           Send(c, [&](std::string* out) { resp::AppendBulk(out, c->name); });
         }
-      } else if (sub == "id" && args.size() == 2) {
+      } else if (sub == "id") {
         Send(c, [&](std::string* out) { resp::AppendInteger(out, static_cast<int64_t>(c->id)); });
-      } else if (sub == "setinfo" && args.size() == 4) {
+      } else {  // setinfo
         // As Redis 7.2: the value takes the characters a client name takes, since CLIENT
         // LIST prints it between spaces. Checked, then not kept (nvmw has no CLIENT LIST).
         const std::string attr = Lower(args[2]);
@@ -930,9 +944,6 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
         } else {
           ok();
         }
-      } else {
-        error("ERR unknown subcommand or wrong number of arguments for '" + args[1].substr(0, 128) +
-              "'. Try CLIENT HELP.");
       }
       return;
     }
