@@ -165,6 +165,28 @@ def test_a_refused_demo_leaves_no_directory_behind(tmp_path, capsys):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("argv, code, words", [
+    (["train", "--collect-episodes", "0", "--out", "{d}/agents/a.joblib", "--curve", "{d}/plots/c.png"], 1,
+     "--collect-episodes 0 leaves nothing to pretrain on"),
+    (["sim", "check", "{d}/missing.json", "--plot", "{d}/plots/check.png"], 1, "missing.json"),
+    (["calibrate", "--no-control-windows", "3", "--out", "{d}/specs/spec.toml"], 2,
+     "--no-control-windows needs --no-control-out"),
+    (["tune", "{d}/missing.npz", "--out", "{d}/tuned/t.json"], 1, "missing.npz"),
+])
+def test_a_refused_run_leaves_no_directory_for_its_output_file(tmp_path, capsys, argv, code, words):
+    # Was: the directory of --out, --curve and --plot was made when the option was checked
+    # and stayed, empty, when the run was then refused.
+    assert main([a.format(d=tmp_path) for a in argv]) == code
+    assert words in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
+
+
+def test_sim_check_makes_the_plot_directory_when_it_writes(tmp_path, capsys):
+    plot = tmp_path / "plots" / "check.png"
+    assert main(["sim", "check", _sweep(tmp_path), "--windows", "1", "--plot", str(plot)]) == 0
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
 @pytest.mark.parametrize("out, words", [("{d}/file/eval", "file is not a directory"),
                                         ("{d}/file", "cannot create the output directory (File exists)")])
 def test_evaluate_refuses_an_out_it_cannot_make_before_the_run(tmp_path, capsys, out, words):

@@ -280,10 +280,12 @@ class Distinct(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def check_output_file(path: Optional[str], option: str, *, create: bool = True) -> None:
+def check_output_file(path: Optional[str], option: str, *, create: bool = False) -> None:
     """Refuse, before a long run, an output file whose directory is missing and cannot be
     created or is not writable (the results would otherwise be lost at the end). The
-    directory is created now, or with `create` False only checked (`check_output_dir`)."""
+    directory is only checked (`check_output_dir`), so a run refused after this leaves
+    nothing behind: `make_parent` makes it when the file is written. With `create` True
+    it is made now."""
     if path is None:
         return
     parent = os.path.dirname(os.path.abspath(path)) or "."
@@ -292,6 +294,13 @@ def check_output_file(path: Optional[str], option: str, *, create: bool = True) 
         raise ValueError(f"{option} {path}: is a directory")
     if os.path.exists(path) and not os.access(path, os.W_OK):
         raise ValueError(f"{option} {path}: not writable")
+
+
+def make_parent(path: Optional[str]) -> None:
+    """Make the directory of an output file about to be written (`check_output_file`
+    checked that it can be made)."""
+    if path is not None:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
 
 
 def check_beside(path: Optional[str], option: str, beside: str, instead: str = "") -> None:

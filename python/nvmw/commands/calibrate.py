@@ -17,8 +17,8 @@ from collections import Counter
 
 from nvmw import jsonfiles
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import (Distinct, check_apart, check_beside, check_output_file, int_in, nonneg_int,
-                                 open_fraction, phase_number)
+from nvmw.commands._args import (Distinct, check_apart, check_beside, check_output_file, int_in, make_parent,
+                                 nonneg_int, open_fraction, phase_number)
 from nvmw.commands._args import add_env_args, argv_of, env_from_args, positive_float, positive_int
 from nvmw.lab.calibration import (calibrate, confirm_env, load_confirmation, load_sweep, no_control_windows,
                                   promise_configs, save_oracle, save_sweep, sweep_env)
@@ -86,6 +86,7 @@ def _capacity(args) -> int:
         return 2
     text = json.dumps(out, indent=2)
     if args.out:
+        make_parent(args.out)
         with jsonfiles.open_output(args.out, encoding="utf-8") as fh:
             fh.write(text + "\n")
     print(text)
@@ -160,6 +161,7 @@ def run(args) -> int:
         finally:
             env.close()
         if args.sweep_out:  # kept at once: minutes of measurement
+            make_parent(args.sweep_out)
             save_sweep(args.sweep_out, rows, {k: v for k, v in header.items() if k != "sla"})
     if args.rule == "attain" and args.confirm_windows and not confirm:
         env = env_from_args(args)
@@ -181,12 +183,14 @@ def run(args) -> int:
                          if k != "sla"}
         finally:
             env.close()
+        make_parent(args.no_control_out)
         save_sweep(args.no_control_out, nc_rows, {**nc_header, "control": False,
                                                   "windows_per_phase": args.no_control_windows})
     header = {k: v for k, v in header.items() if k != "sla"}
     name = f"calibrated-{args.device if args.env == 'real' else args.env}"
     notes = _notes(args, header, rows, confirm)
     if args.sweep_out:  # first: a sweep is minutes of measurement, whatever the derivation says
+        make_parent(args.sweep_out)
         save_sweep(args.sweep_out, rows, header, confirm)
     try:
         spec, table, report = calibrate(rows, rule=args.rule, attain=args.attain, quantile=args.quantile,
@@ -195,8 +199,10 @@ def run(args) -> int:
     except ValueError as e:
         print(f"nvmw calibrate: {e}", file=sys.stderr)
         return 2
+    make_parent(args.out)
     spec.save(args.out)
     oracle_out = args.oracle_out or os.path.splitext(args.out)[0] + ".oracle.json"
+    make_parent(oracle_out)
     save_oracle(oracle_out, report, name, header)
     print(json.dumps({"spec": args.out, "oracle": oracle_out, "lat_goal_us": spec.lat_goal,
                       "tp_goal_ops_per_s": spec.tp_goal, "oracle_table": report["oracle"],

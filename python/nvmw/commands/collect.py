@@ -9,7 +9,7 @@ import json
 import time
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import Distinct, check_apart, check_output_file, phase_number, positive_int
+from nvmw.commands._args import Distinct, check_apart, check_output_file, make_parent, phase_number, positive_int
 from nvmw.commands._args import add_backend_args, add_env_args, env_from_args, runner_from_args
 from nvmw.errors import Interrupted
 from nvmw.lab.runs import run_header
@@ -49,6 +49,7 @@ def run(args) -> int:
         header = run_header(args.env, env, episodes_per_phase=args.episodes, steps=args.steps,
                             phases=args.phases, seed=args.seed, interrupted=e.note,
                             wall_s=round(time.monotonic() - t0, 1))
+        make_parent(args.out)
         save_transitions(args.out, e.partial, meta=header)
         raise Interrupted(f"saved the {n} transitions collected to {args.out}") from None
     finally:
@@ -56,6 +57,7 @@ def run(args) -> int:
             runner.close()
         env.close()
     header["wall_s"] = round(time.monotonic() - t0, 1)
+    make_parent(args.out)
     save_transitions(args.out, data, meta=header)
     print(json.dumps({"out": args.out, "transitions": int(len(data["actions"])), **header}, indent=2))
     return 0

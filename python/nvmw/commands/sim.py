@@ -9,8 +9,8 @@ import argparse
 import json
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import (Distinct, check_apart, check_output_file, int_in, nonneg_int, positive_int,
-                                 window_seconds)
+from nvmw.commands._args import (Distinct, check_apart, check_output_file, int_in, make_parent, nonneg_int,
+                                 positive_int, window_seconds)
 from nvmw.commands._args import add_pool_args, pool_config
 from nvmw.lab.calibration import load_sweep
 from nvmw.lab.lineup import deprecated
@@ -75,6 +75,7 @@ def _fit(args) -> int:
     res = fit(rows, window_s=window, device=device, cores=float(run.get("cores", 2)), start=start,
               windows=args.windows, max_evals=args.max_evals, seed=args.seed, progress=True, names=args.free)
     res["run"]["sweep"] = run
+    make_parent(args.out)
     save_params(res, args.out)
     print(json.dumps({"out": args.out, "params": res["params"], "overall": res["fit"]["overall"]}, indent=2))
     return 0
@@ -93,6 +94,7 @@ def _check(args) -> int:
                          exact=args.exact)
     report = compare(real, sim)
     if args.plot:
+        make_parent(args.plot)
         plot_check(real, sim, args.plot, title=f"{device}, window {window} s")
         report["plot"] = args.plot
     print(json.dumps(report, indent=2))

@@ -12,8 +12,8 @@ import time
 
 from nvmw.commands import SUMMARIES
 from nvmw.commands._args import (Distinct, add_backend_args, add_env_args, check_apart, check_beside,
-                                 check_output_file, env_from_args, float_in, fraction, nonneg_int, phase_number,
-                                 positive_int, runner_from_args)
+                                 check_output_file, env_from_args, float_in, fraction, make_parent, nonneg_int,
+                                 phase_number, positive_int, runner_from_args)
 from nvmw.lab.runs import run_header
 from nvmw.rl.agent import REWARD_TRANSFORMS
 from nvmw.lab.training import (UPDATE_MODES, load_tuned, plot_curve, pretrained_agent, resumed_agent,
@@ -111,8 +111,10 @@ def run(args) -> int:
     meta = {"args": {k: v for k, v in vars(args).items() if k != "func"}, "run": header, "training": timings,
             "history": history, "previous": {k: prior[k] for k in ("args", "training") if k in prior},
             "pretrain_transitions": None if data is None else int(len(data["actions"]))}
+    make_parent(args.out)
     agent.save(args.out, metadata=meta)
     curve = args.curve or os.path.splitext(args.out)[0] + ".curve.png"
+    make_parent(curve)
     plot_curve(history, curve, header)
     print(json.dumps({"out": args.out, "curve": curve, "training": timings,
                       "total_wall_s": round(time.monotonic() - t_start, 1),

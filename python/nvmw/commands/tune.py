@@ -8,7 +8,7 @@ import json
 
 from nvmw import jsonfiles
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import check_apart, check_output_file, int_in, nonneg_int
+from nvmw.commands._args import check_apart, check_output_file, int_in, make_parent, nonneg_int
 from nvmw.rl.agent import REWARD_TRANSFORMS
 from nvmw.rl.pretrain import GRIDS, load_transitions, tune_models
 
@@ -45,6 +45,7 @@ def run(args) -> int:
                       max_samples=args.max_samples, reward_transform=args.reward_transform)
     res["transitions"] = args.transitions
     res["reward_transform"] = args.reward_transform
+    make_parent(args.out)
     with jsonfiles.open_output(args.out, encoding="utf-8") as fh:
         json.dump(res, fh, indent=2)
     print(json.dumps({"out": args.out, "backend": res["backend"], "wall_s": round(res["wall_s"], 1),
