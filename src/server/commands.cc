@@ -640,8 +640,10 @@ std::string Server::Impl::Info(const std::vector<std::string>& args) {
     line("connected_slaves", "0");
   }
   if (want("keyspace")) {
+    // As Redis: a database's line only when it holds a key.
     section("Keyspace");
-    line("db0", "keys=" + std::to_string(engine->Count()) + ",expires=0,avg_ttl=0");
+    const uint64_t keys = engine->Count();
+    if (keys > 0) line("db0", "keys=" + std::to_string(keys) + ",expires=0,avg_ttl=0");
   }
   return out;
 }

@@ -426,6 +426,31 @@ def test_documented_differences(ports, name):
         assert docs_words in " ".join(f.read().split())
 
 
+def test_info_keyspace_as_redis():
+    """INFO keyspace, byte for byte, on servers of their own: on an empty store the section
+    is its header alone, db0's line comes with the first key and goes with the last."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        redis_port = s.getsockname()[1]
+    procs: list = []
+    try:
+        start(procs, [shutil.which("redis-server") or "redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
+                      "--save", "", "--appendonly", "no"], rb"Ready to accept connections")
+        nvmw_port = int(start(procs, [sys.executable, "-m", "nvmw", "serve", "--port", "0", "--engine", "memory"],
+                              rb"listening on [\d.]+:(\d+)").group(1))
+        steps = [cmd("INFO", "keyspace"), cmd("SET", "ik", "v"), cmd("INFO", "keyspace"), cmd("DEL", "ik"),
+                 cmd("INFO", "Keyspace")]
+        got, want = exchange(nvmw_port, steps), exchange(redis_port, steps)
+        assert got[0] == b"$12\r\n# Keyspace\r\n\r\n"
+        assert got == want
+    finally:
+        for proc in procs:
+            proc.terminate()
+            rc = proc.wait(timeout=60)
+            proc.stdout.close()
+            assert rc == 0, f"{proc.args[0]} exited with {rc}"
+
+
 def host_address() -> str:
     """This machine's IPv4 address on an interface other than loopback (see
     test_serve_inputs.host_address): a client of it from here is not on loopback."""

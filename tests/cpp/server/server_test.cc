@@ -416,6 +416,10 @@ TEST_F(ServerTest, ConnectionAndIntrospectionCommands) {
             "-ERR LIB-VER cannot contain spaces, newlines or special characters.\r\n");
   EXPECT_EQ(c.Cmd({"CLIENT", "SETINFO", "LIB-NAME", ""}), "+OK\r\n");
   EXPECT_EQ(c.Cmd({"CLIENT", "ID"}).substr(0, 1), ":");
+  // As Redis 7.0: the subcommand's arity, and an unknown name cut at its first NUL.
+  EXPECT_EQ(c.Cmd({"CLIENT", "Setname"}), "-ERR wrong number of arguments for 'client|setname' command\r\n");
+  EXPECT_EQ(c.Cmd({"CLIENT", "GETNAME", "x"}), "-ERR wrong number of arguments for 'client|getname' command\r\n");
+  EXPECT_EQ(c.Cmd({"client", std::string("No\0x", 4)}), "-ERR unknown subcommand 'No'. Try CLIENT HELP.\r\n");
   EXPECT_EQ(c.Cmd({"CONFIG", "GET", "save"}), "*2\r\n$4\r\nsave\r\n$0\r\n\r\n");
   EXPECT_EQ(c.Cmd({"CONFIG", "GET", "appendonly"}), "*2\r\n$10\r\nappendonly\r\n$2\r\nno\r\n");
   EXPECT_EQ(c.Cmd({"CONFIG", "GET", "nothing*"}), "*0\r\n");
@@ -428,6 +432,7 @@ TEST_F(ServerTest, ConnectionAndIntrospectionCommands) {
   EXPECT_EQ(c.Cmd({"NVMW.CLASS", "batch"}), "+OK\r\n");
   EXPECT_EQ(c.Cmd({"NVMW.CLASS"}), "$5\r\nbatch\r\n");
   EXPECT_EQ(c.Cmd({"NVMW.CLASS", "bulk"}), "-ERR request class must be interactive, batch or auto\r\n");
+  EXPECT_EQ(c.Cmd({"INFO", "keyspace"}), "$12\r\n# Keyspace\r\n\r\n");  // as Redis: no db0 line while empty
   ASSERT_EQ(c.Cmd({"SET", "k", "v"}), "+OK\r\n");
   const std::string info = c.Cmd({"INFO"});
   EXPECT_NE(info.find("redis_version:"), std::string::npos);
