@@ -7,6 +7,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -115,6 +117,24 @@ def test_a_plot_is_written_as_named(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == str(out)
     assert os.listdir(tmp_path) == ["curve"]
     assert out.read_bytes().startswith(PNG_MAGIC)
+
+
+@pytest.mark.parametrize("argv", [
+    ["device", "plot", "/dev/stdout"],
+    ["sim", "check", "{sweep}", "--windows", "1", "--plot", "/dev/stdout"],
+    ["train", "--env", "synthetic", "--collect-episodes", "1", "--steps", "10", "--episodes", "1", "--phases", "1",
+     "--out", "{d}/agent.joblib", "--curve", "/dev/stdout"],
+])
+def test_a_plot_written_to_stdout_is_all_that_stdout_carries(tmp_path, argv):
+    # Was: the command printed its report (the path, the JSON summary) to stdout after
+    # the PNG, so `nvmw device plot /dev/stdout > x.png` through a pipe was not a PNG.
+    sweep = _sweep(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "nvmw", *[a.format(d=tmp_path, sweep=sweep) for a in argv]],
+                       capture_output=True, timeout=300, env=dict(os.environ))
+    assert r.returncode == 0, r.stderr.decode(errors="replace")
+    assert r.stdout.startswith(PNG_MAGIC)
+    assert r.stdout.endswith(b"IEND\xaeB`\x82")  # the PNG's last chunk, and nothing after it
+    assert b"/dev/stdout" in r.stderr  # the report went to stderr instead
 
 
 def test_a_plot_into_a_fifo_is_written_in_place(tmp_path):

@@ -8,6 +8,7 @@ import os
 
 from nvmw.commands import SUMMARIES
 from nvmw.commands._args import int_in
+from nvmw.commands._util import report_stream
 from nvmw.devices import list_profiles, load_profile, profile_to_dict
 from nvmw.lab.device import bench, curve_table, plot
 
@@ -94,5 +95,6 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    print(plot(args.out, emulate=args.emulate))
+    path = plot(args.out, emulate=args.emulate)
+    print(path, file=report_stream(path))
     return 0

@@ -12,6 +12,7 @@ from nvmw.commands import SUMMARIES
 from nvmw.commands._args import (Distinct, check_apart, check_output_file, int_in, make_parent, nonneg_int,
                                  positive_int, window_seconds)
 from nvmw.commands._args import add_pool_args, pool_config
+from nvmw.commands._util import report_stream
 from nvmw.lab.calibration import load_sweep
 from nvmw.lab.lineup import deprecated
 from nvmw.lab.simfit import FITTABLE, compare, fit, per_config, plot_check, simulate_sweep
@@ -97,7 +98,7 @@ def _check(args) -> int:
         make_parent(args.plot)
         plot_check(real, sim, args.plot, title=f"{device}, window {window} s")
         report["plot"] = args.plot
-    print(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2), file=report_stream(args.plot))
     return 0
 
 

@@ -14,6 +14,7 @@ from nvmw.commands import SUMMARIES
 from nvmw.commands._args import (Distinct, add_backend_args, add_env_args, check_apart, check_beside,
                                  check_output_file, env_from_args, float_in, fraction, make_parent, nonneg_int,
                                  phase_number, positive_int, runner_from_args)
+from nvmw.commands._util import report_stream
 from nvmw.lab.runs import run_header
 from nvmw.rl.agent import REWARD_TRANSFORMS
 from nvmw.lab.training import (UPDATE_MODES, load_tuned, plot_curve, pretrained_agent, resumed_agent,
@@ -122,5 +123,5 @@ def run(args) -> int:
                       "final_median_reward_per_phase": {str(ph): ([r["reward_median"] for r in history
                                                                    if r["phase"] == ph] or [None])[-1]
                                                         for ph in args.phases},
-                      **header}, indent=2))
+                      **header}, indent=2), file=report_stream(args.out, curve))
     return 0
