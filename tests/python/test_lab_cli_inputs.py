@@ -187,6 +187,27 @@ def test_sim_check_makes_the_plot_directory_when_it_writes(tmp_path, capsys):
     assert plot.read_bytes().startswith(b"\x89PNG")
 
 
+def test_a_file_written_to_stdout_is_all_that_stdout_carries(tmp_path):
+    # Was: collect, tune and sim fit printed their JSON report to stdout after the file
+    # itself, so `--out /dev/stdout` through a pipe gave an archive or a JSON document
+    # with the report stuck to its end.
+    def run(*argv: str) -> bytes:
+        r = subprocess.run([sys.executable, "-m", "nvmw", *argv, "--out", "/dev/stdout"], capture_output=True,
+                           timeout=300, env=dict(os.environ))
+        assert r.returncode == 0, r.stderr.decode(errors="replace")
+        reports.append(r.stderr)
+        return r.stdout
+
+    reports: list = []
+    transitions = run("collect", "--env", "synthetic", "--episodes", "1", "--steps", "60")
+    assert transitions[-22:-18] == b"PK\x05\x06"  # ends with the archive's end record, comment-less
+    (tmp_path / "t.npz").write_bytes(transitions)
+    assert "model_params" in json.loads(run("tune", str(tmp_path / "t.npz"), "--quick", "--cv", "3",
+                                            "--n-jobs", "1"))
+    assert "params" in json.loads(run("sim", "fit", _sweep(tmp_path), "--windows", "1", "--max-evals", "2"))
+    assert all(b'"out": "/dev/stdout"' in err for err in reports)  # the report went to stderr instead
+
+
 @pytest.mark.parametrize("out, words", [("{d}/file/eval", "file is not a directory"),
                                         ("{d}/file", "cannot create the output directory (File exists)")])
 def test_evaluate_refuses_an_out_it_cannot_make_before_the_run(tmp_path, capsys, out, words):

@@ -20,6 +20,7 @@ from nvmw.commands import SUMMARIES
 from nvmw.commands._args import (Distinct, check_apart, check_beside, check_output_file, int_in, make_parent,
                                  nonneg_int, open_fraction, phase_number)
 from nvmw.commands._args import add_env_args, argv_of, env_from_args, positive_float, positive_int
+from nvmw.commands._util import report_stream
 from nvmw.lab.calibration import (calibrate, confirm_env, load_confirmation, load_sweep, no_control_windows,
                                   promise_configs, save_oracle, save_sweep, sweep_env)
 from nvmw.lab.capacity import DEFAULT_CLIENTS, measure_capacity
@@ -89,7 +90,7 @@ def _capacity(args) -> int:
         make_parent(args.out)
         with jsonfiles.open_output(args.out, encoding="utf-8") as fh:
             fh.write(text + "\n")
-    print(text)
+    print(text, file=report_stream(args.out))
     return 0
 
 
@@ -209,5 +210,6 @@ def run(args) -> int:
                       "feasible_fraction_per_phase": report["feasible_fraction_per_phase"],
                       "best_both_met_fraction_per_phase": report["best_both_met_fraction_per_phase"],
                       "promise_per_phase": report["promise_per_phase"],
-                      "wall_s": round(time.monotonic() - t0, 1), **header}, indent=2))
+                      "wall_s": round(time.monotonic() - t0, 1), **header}, indent=2),
+          file=report_stream(args.out, oracle_out, args.sweep_out, args.no_control_out))
     return 0

@@ -11,6 +11,7 @@ import time
 from nvmw.commands import SUMMARIES
 from nvmw.commands._args import Distinct, check_apart, check_output_file, make_parent, phase_number, positive_int
 from nvmw.commands._args import add_backend_args, add_env_args, env_from_args, runner_from_args
+from nvmw.commands._util import report_stream
 from nvmw.errors import Interrupted
 from nvmw.lab.runs import run_header
 from nvmw.rl.pretrain import collect_transitions, save_transitions
@@ -59,5 +60,6 @@ def run(args) -> int:
     header["wall_s"] = round(time.monotonic() - t0, 1)
     make_parent(args.out)
     save_transitions(args.out, data, meta=header)
-    print(json.dumps({"out": args.out, "transitions": int(len(data["actions"])), **header}, indent=2))
+    print(json.dumps({"out": args.out, "transitions": int(len(data["actions"])), **header}, indent=2),
+          file=report_stream(args.out))
     return 0

@@ -78,7 +78,8 @@ def _fit(args) -> int:
     res["run"]["sweep"] = run
     make_parent(args.out)
     save_params(res, args.out)
-    print(json.dumps({"out": args.out, "params": res["params"], "overall": res["fit"]["overall"]}, indent=2))
+    print(json.dumps({"out": args.out, "params": res["params"], "overall": res["fit"]["overall"]}, indent=2),
+          file=report_stream(args.out))
     return 0
 
 

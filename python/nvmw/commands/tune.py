@@ -9,6 +9,7 @@ import json
 from nvmw import jsonfiles
 from nvmw.commands import SUMMARIES
 from nvmw.commands._args import check_apart, check_output_file, int_in, make_parent, nonneg_int
+from nvmw.commands._util import report_stream
 from nvmw.rl.agent import REWARD_TRANSFORMS
 from nvmw.rl.pretrain import GRIDS, load_transitions, tune_models
 
@@ -50,5 +51,5 @@ def run(args) -> int:
         json.dump(res, fh, indent=2)
     print(json.dumps({"out": args.out, "backend": res["backend"], "wall_s": round(res["wall_s"], 1),
                       "test_r2": [round(x, 3) for x in res["test_r2"]], "model_params": res["model_params"]},
-                     indent=2))
+                     indent=2), file=report_stream(args.out))
     return 0
