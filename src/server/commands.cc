@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -72,6 +73,149 @@ constexpr CommandSpec kCommands[] = {
     {"nvmw.class", Cmd::kNvmwClass, -1, {"fast"}, 0, 0, 0, {"@fast", "@connection"}},
     {"nvmw.stats", Cmd::kNvmwStats, 1, {"loading", "stale"}, 0, 0, 0, {"@slow"}},
 };
+
+// COMMAND DOCS: what redis-cli shows as a command's help and hints. Summary, since, group,
+// complexity and arguments are Redis 7.0's for the commands Redis has, but for SET, whose
+// options nvmw refuses (its arguments are the key and the value); no history, and no
+// subcommands for the containers. An argument is answered as Redis answers it: its name and
+// type, then only the fields it has.
+struct ArgDoc {
+  std::string_view name, type;
+  int key_spec_index = -1;
+  std::string_view token = {}, since = {};
+  std::array<std::string_view, 2> flags = {};  // "optional", "multiple", "multiple_token"
+  std::span<const ArgDoc> args = {};           // a block's or a oneof's
+};
+
+struct CommandDoc {
+  std::string_view name, summary, since, group, complexity;
+  std::span<const ArgDoc> args = {};
+};
+
+constexpr ArgDoc kKeyArg[] = {{.name = "key", .type = "key", .key_spec_index = 0}};
+constexpr ArgDoc kKeysArg[] = {{.name = "key", .type = "key", .key_spec_index = 0, .flags = {"multiple"}}};
+constexpr ArgDoc kKeyValueArgs[] = {{.name = "key", .type = "key", .key_spec_index = 0},
+                                    {.name = "value", .type = "string"}};
+constexpr ArgDoc kMsetArgs[] = {{.name = "key_value", .type = "block", .flags = {"multiple"}, .args = kKeyValueArgs}};
+constexpr ArgDoc kPingArgs[] = {{.name = "message", .type = "string", .flags = {"optional"}}};
+constexpr ArgDoc kEchoArgs[] = {{.name = "message", .type = "string"}};
+constexpr ArgDoc kInfoArgs[] = {{.name = "section", .type = "string", .flags = {"optional", "multiple"}}};
+constexpr ArgDoc kSelectArgs[] = {{.name = "index", .type = "integer"}};
+constexpr ArgDoc kAuthArgs[] = {{.name = "username", .type = "string", .since = "6.0.0", .flags = {"optional"}},
+                                {.name = "password", .type = "string"}};
+constexpr ArgDoc kHelloAuthArgs[] = {{.name = "username", .type = "string"}, {.name = "password", .type = "string"}};
+constexpr ArgDoc kHelloBlockArgs[] = {
+    {.name = "protover", .type = "integer"},
+    {.name = "username_password", .type = "block", .token = "AUTH", .flags = {"optional"}, .args = kHelloAuthArgs},
+    {.name = "clientname", .type = "string", .token = "SETNAME", .flags = {"optional"}},
+};
+constexpr ArgDoc kHelloArgs[] = {{.name = "arguments", .type = "block", .flags = {"optional"}, .args = kHelloBlockArgs}};
+constexpr ArgDoc kNvmwClassChoices[] = {
+    {.name = "interactive", .type = "pure-token", .token = "INTERACTIVE"},
+    {.name = "batch", .type = "pure-token", .token = "BATCH"},
+    {.name = "auto", .type = "pure-token", .token = "AUTO"},
+};
+constexpr ArgDoc kNvmwClassArgs[] = {
+    {.name = "class", .type = "oneof", .flags = {"optional"}, .args = kNvmwClassChoices}};
+
+constexpr CommandDoc kCommandDocs[] = {
+    {"get", "Get the value of a key", "1.0.0", "string", "O(1)", kKeyArg},
+    {"set", "Set the string value of a key", "1.0.0", "string", "O(1)", kKeyValueArgs},
+    {"del", "Delete a key", "1.0.0", "generic",
+     "O(N) where N is the number of keys that will be removed. When a key to remove holds a value other than a "
+     "string, the individual complexity for this key is O(M) where M is the number of elements in the list, set, "
+     "sorted set or hash. Removing a single key that holds a string value is O(1).",
+     kKeysArg},
+    {"exists", "Determine if a key exists", "1.0.0", "generic", "O(N) where N is the number of keys to check.",
+     kKeysArg},
+    {"mget", "Get the values of all the given keys", "1.0.0", "string",
+     "O(N) where N is the number of keys to retrieve.", kKeysArg},
+    {"mset", "Set multiple keys to multiple values", "1.0.1", "string", "O(N) where N is the number of keys to set.",
+     kMsetArgs},
+    {"ping", "Ping the server", "1.0.0", "connection", "O(1)", kPingArgs},
+    {"echo", "Echo the given string", "1.0.0", "connection", "O(1)", kEchoArgs},
+    {"info", "Get information and statistics about the server", "1.0.0", "server", "O(1)", kInfoArgs},
+    {"dbsize", "Return the number of keys in the selected database", "1.0.0", "server", "O(1)"},
+    {"select", "Change the selected database for the current connection", "1.0.0", "connection", "O(1)",
+     kSelectArgs},
+    {"quit", "Close the connection", "1.0.0", "connection", "O(1)"},
+    {"auth", "Authenticate to the server", "1.0.0", "connection",
+     "O(N) where N is the number of passwords defined for the user", kAuthArgs},
+    {"hello", "Handshake with Redis", "6.0.0", "connection", "O(1)", kHelloArgs},
+    {"client", "A container for client connection commands", "2.4.0", "connection", "Depends on subcommand."},
+    {"command", "Get array of Redis command details", "2.8.13", "server",
+     "O(N) where N is the total number of Redis commands"},
+    {"config", "A container for server configuration commands", "2.0.0", "server", "Depends on subcommand."},
+    {"time", "Return the current server time", "2.6.0", "server", "O(1)"},
+    {"nvmw.class", "Set or show the connection's request class (interactive, batch or auto by value size)",
+     kNvmwVersion, "connection", "O(1)", kNvmwClassArgs},
+    {"nvmw.stats", "Return the middleware's last window, state, threads, queues and limits as JSON", kNvmwVersion,
+     "server", "O(1)"},
+};
+constexpr bool DocsFollowCommands() {
+  if (std::size(kCommandDocs) != std::size(kCommands)) return false;
+  for (size_t i = 0; i < std::size(kCommands); ++i) {
+    if (kCommandDocs[i].name != kCommands[i].name) return false;
+  }
+  return true;
+}
+static_assert(DocsFollowCommands(), "kCommandDocs names kCommands's commands in their order");
+
+void AppendArgDocs(std::string* out, std::span<const ArgDoc> args, bool resp3) {
+  resp::AppendArrayHeader(out, args.size());
+  for (const ArgDoc& a : args) {
+    const bool nested = a.type == "block" || a.type == "oneof";
+    const size_t nflags = (a.flags[0].empty() ? 0 : 1) + (a.flags[1].empty() ? 0 : 1);
+    resp::AppendMapHeader(out,
+                          2 + (a.key_spec_index >= 0) + !a.token.empty() + !a.since.empty() + (nflags > 0) + nested,
+                          resp3);
+    resp::AppendBulk(out, "name");
+    resp::AppendBulk(out, a.name);
+    resp::AppendBulk(out, "type");
+    resp::AppendBulk(out, a.type);
+    if (a.key_spec_index >= 0) {
+      resp::AppendBulk(out, "key_spec_index");
+      resp::AppendInteger(out, a.key_spec_index);
+    }
+    if (!a.token.empty()) {
+      resp::AppendBulk(out, "token");
+      resp::AppendBulk(out, a.token);
+    }
+    if (!a.since.empty()) {
+      resp::AppendBulk(out, "since");
+      resp::AppendBulk(out, a.since);
+    }
+    if (nflags > 0) {
+      resp::AppendBulk(out, "flags");
+      resp::AppendSetHeader(out, nflags, resp3);
+      for (std::string_view f : a.flags) {
+        if (!f.empty()) resp::AppendSimple(out, f);
+      }
+    }
+    if (nested) {
+      resp::AppendBulk(out, "arguments");
+      AppendArgDocs(out, a.args, resp3);
+    }
+  }
+}
+
+// One name and its documentation, a pair of COMMAND DOCS's map.
+void AppendCommandDoc(std::string* out, const CommandDoc& d, bool resp3) {
+  resp::AppendBulk(out, d.name);
+  resp::AppendMapHeader(out, 4 + !d.args.empty(), resp3);
+  resp::AppendBulk(out, "summary");
+  resp::AppendBulk(out, d.summary);
+  resp::AppendBulk(out, "since");
+  resp::AppendBulk(out, d.since);
+  resp::AppendBulk(out, "group");
+  resp::AppendBulk(out, d.group);
+  resp::AppendBulk(out, "complexity");
+  resp::AppendBulk(out, d.complexity);
+  if (!d.args.empty()) {
+    resp::AppendBulk(out, "arguments");
+    AppendArgDocs(out, d.args, resp3);
+  }
+}
 
 std::string Lower(std::string_view s) {
   std::string out(s);
@@ -976,8 +1120,20 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
       if (sub == "count") {
         Send(c, [](std::string* out) { resp::AppendInteger(out, static_cast<int64_t>(std::size(kCommands))); });
       } else if (sub == "docs") {
-        // No documentation to give: an empty reply makes redis-cli use its built-in help.
-        Send(c, [&](std::string* out) { resp::AppendMapHeader(out, 0, c->resp3); });
+        // As Redis: no names, every command; else those of the names that are commands, in
+        // the order asked (an unknown name is left out, a name asked twice answered twice).
+        std::vector<const CommandDoc*> docs;
+        for (const CommandDoc& d : kCommandDocs) {
+          if (args.size() == 2) docs.push_back(&d);
+        }
+        for (size_t i = 2; i < args.size(); ++i) {
+          const CommandSpec* s = Find(args[i]);
+          if (s != nullptr) docs.push_back(&kCommandDocs[s - kCommands]);
+        }
+        Send(c, [&](std::string* out) {
+          resp::AppendMapHeader(out, docs.size(), c->resp3);
+          for (const CommandDoc* d : docs) AppendCommandDoc(out, *d, c->resp3);
+        });
       } else if (sub == "info" && args.size() == 2) {  // no names: every command, as COMMAND
         Send(c, [&](std::string* out) {
           resp::AppendArrayHeader(out, std::size(kCommands));

@@ -213,6 +213,11 @@ CORPUS = {
                                 cmd("COMMAND", "GETKEYSANDFLAGS", "nosuch", "x"), cmd("HELLO", "3"),
                                 cmd("COMMAND", "GETKEYSANDFLAGS", "get", "k"), cmd("COMMAND", "GETKEYSANDFLAGS", "set", "k", "v", "get"),
                                 cmd("COMMAND", "GETKEYSANDFLAGS", "exists", "a", "b")],
+    "command docs": [cmd("COMMAND", "DOCS", "get"), cmd("COMMAND", "DOCS", "mget", "nosuch", "DEL", "get", "get"),
+                     cmd("COMMAND", "DOCS", "nosuch"), cmd("COMMAND", "DOCS", "nosuch", ""),
+                     cmd("COMMAND", "DOCS", "mset", "ping", "echo", "select", "dbsize", "quit", "time", "mget"),
+                     cmd("HELLO", "3"), cmd("COMMAND", "DOCS", "get", "mset", "Ping", "nosuch"),
+                     cmd("COMMAND", "DOCS", "nosuch")],
     "command help": [cmd("COMMAND", "HELP"), cmd("command", "help")],
     "command info: entries without tips or key specs": [
         cmd("COMMAND", "INFO", "echo", "select", "quit", "auth", "hello"), cmd("HELLO", "3"),
@@ -309,6 +314,30 @@ def test_command_entries_as_redis(ports):
             assert entry[:7] == theirs[name][:7], name
 
 
+def test_command_docs_as_redis(ports):
+    """COMMAND DOCS gives, for every command nvmw has and Redis has too, Redis's summary,
+    since, group, complexity and arguments (what redis-cli shows as help and hints), but
+    SET's options, which nvmw refuses; no history and no subcommands (documented). Without
+    names, every command, as many as COMMAND COUNT says."""
+    redis_port, nvmw_port = ports
+    names = parse(exchange(nvmw_port, [cmd("COMMAND", "LIST")])[0])
+    ours = parse(exchange(nvmw_port, [cmd("COMMAND", "DOCS", *names)])[0])
+    theirs = parse(exchange(redis_port, [cmd("COMMAND", "DOCS", *names)])[0])
+    ours, theirs = dict(zip(ours[::2], ours[1::2])), dict(zip(theirs[::2], theirs[1::2]))
+    assert set(ours) == set(names) and set(theirs) == set(names) - {b"nvmw.class", b"nvmw.stats"}
+    for name, doc in theirs.items():
+        fields = dict(zip(doc[::2], doc[1::2]))
+        want = {k: v for k, v in fields.items() if k not in (b"history", b"subcommands")}
+        if name == b"set":
+            want[b"arguments"] = want[b"arguments"][:2]  # key and value
+        got = dict(zip(ours[name][::2], ours[name][1::2]))
+        assert list(got) == list(want) and got == want, name
+    for name in (b"nvmw.class", b"nvmw.stats"):
+        assert [k for k in ours[name][::2]][:4] == [b"summary", b"since", b"group", b"complexity"], name
+    count, docs = exchange(nvmw_port, [cmd("COMMAND", "COUNT"), cmd("COMMAND", "DOCS")])
+    assert docs.startswith(b"*%d\r\n$3\r\nget\r\n" % (2 * int(count[1:-2]))), docs[:40]
+
+
 @pytest.mark.parametrize("filterby", [(), ("PATTERN", "*"), ("PATTERN", "?et"), ("PATTERN", "[gs]et"),
                                       ("PATTERN", "[^g]et"), ("PATTERN", "m*"), ("PATTERN", "*S*"),
                                       ("PATTERN", "c[o-z]*"), ("PATTERN", "[z-a]*"), ("PATTERN", "GE\\T"),
@@ -389,7 +418,21 @@ DIFFERENCES = {
     "protocol version": ([cmd("HELLO", "4")], [b"-NOPROTO sorry, this protocol version is not supported\r\n"],
                          "`-NOPROTO sorry, this protocol version is not supported`"),
     "leading zeros": ([b"*01\r\n$04\r\nPING\r\n"], [b"+PONG\r\n"], "a length with leading zeros (`*01`, `$04`)"),
-    "command docs": ([cmd("COMMAND", "DOCS", "get")], [b"*0\r\n"], "`COMMAND DOCS` is empty"),
+    "command docs": ([cmd("COMMAND", "DOCS", "hello", "set")],
+                     [b"*4\r\n$5\r\nhello\r\n*10\r\n$7\r\nsummary\r\n$20\r\nHandshake with Redis\r\n$5\r\nsince\r\n$5\r\n6.0.0\r\n"
+                      b"$5\r\ngroup\r\n$10\r\nconnection\r\n$10\r\ncomplexity\r\n$4\r\nO(1)\r\n$9\r\narguments\r\n*1\r\n*8\r\n"
+                      b"$4\r\nname\r\n$9\r\narguments\r\n$4\r\ntype\r\n$5\r\nblock\r\n$5\r\nflags\r\n*1\r\n+optional\r\n"
+                      b"$9\r\narguments\r\n*3\r\n*4\r\n$4\r\nname\r\n$8\r\nprotover\r\n$4\r\ntype\r\n$7\r\ninteger\r\n"
+                      b"*10\r\n$4\r\nname\r\n$17\r\nusername_password\r\n$4\r\ntype\r\n$5\r\nblock\r\n$5\r\ntoken\r\n$4\r\nAUTH\r\n"
+                      b"$5\r\nflags\r\n*1\r\n+optional\r\n$9\r\narguments\r\n*2\r\n*4\r\n$4\r\nname\r\n$8\r\nusername\r\n"
+                      b"$4\r\ntype\r\n$6\r\nstring\r\n*4\r\n$4\r\nname\r\n$8\r\npassword\r\n$4\r\ntype\r\n$6\r\nstring\r\n"
+                      b"*8\r\n$4\r\nname\r\n$10\r\nclientname\r\n$4\r\ntype\r\n$6\r\nstring\r\n$5\r\ntoken\r\n$7\r\nSETNAME\r\n"
+                      b"$5\r\nflags\r\n*1\r\n+optional\r\n"
+                      b"$3\r\nset\r\n*10\r\n$7\r\nsummary\r\n$29\r\nSet the string value of a key\r\n$5\r\nsince\r\n$5\r\n1.0.0\r\n"
+                      b"$5\r\ngroup\r\n$6\r\nstring\r\n$10\r\ncomplexity\r\n$4\r\nO(1)\r\n$9\r\narguments\r\n*2\r\n*6\r\n"
+                      b"$4\r\nname\r\n$3\r\nkey\r\n$4\r\ntype\r\n$3\r\nkey\r\n$14\r\nkey_spec_index\r\n:0\r\n"
+                      b"*4\r\n$4\r\nname\r\n$5\r\nvalue\r\n$4\r\ntype\r\n$6\r\nstring\r\n"],
+                     "`COMMAND DOCS` gives no history and no subcommands, and SET's arguments are the key and the value"),
     "hello setname before an error": ([cmd("HELLO", "3", "SETNAME", "n", "junk"), cmd("CLIENT", "GETNAME")],
                                       [b"-ERR Syntax error in HELLO option 'junk'\r\n", b"$-1\r\n"],
                                       "`HELLO` with `SETNAME` sets the name only when the whole command succeeds"),

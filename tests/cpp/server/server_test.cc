@@ -424,7 +424,8 @@ TEST_F(ServerTest, ConnectionAndIntrospectionCommands) {
   EXPECT_EQ(c.Cmd({"CONFIG", "GET", "appendonly"}), "*2\r\n$10\r\nappendonly\r\n$2\r\nno\r\n");
   EXPECT_EQ(c.Cmd({"CONFIG", "GET", "nothing*"}), "*0\r\n");
   EXPECT_EQ(c.Cmd({"CONFIG", "SET", "save", ""}).substr(0, 4), "-ERR");
-  EXPECT_EQ(c.Cmd({"COMMAND", "DOCS"}), "*0\r\n");
+  const std::string docs = c.Cmd({"COMMAND", "DOCS", "get", "nosuch"});
+  EXPECT_EQ(docs.rfind("*2\r\n$3\r\nget\r\n*10\r\n$7\r\nsummary\r\n$22\r\nGet the value of a key\r\n", 0), 0u) << docs;
   const std::string count = c.Cmd({"COMMAND", "COUNT"});
   const std::string all = c.Cmd({"COMMAND"});
   EXPECT_EQ(all.rfind("*" + count.substr(1, count.size() - 3) + "\r\n*10\r\n$3\r\nget\r\n:2\r\n", 0), 0u) << all;
@@ -466,7 +467,11 @@ TEST_F(ServerTest, Resp3AfterHello3) {
   EXPECT_EQ(c.Cmd({"GET", "missing"}), "_\r\n");
   EXPECT_EQ(c.Cmd({"MGET", "k", "missing"}), "*2\r\n$1\r\nv\r\n_\r\n");
   EXPECT_EQ(c.Cmd({"CONFIG", "GET", "save"}), "%1\r\n$4\r\nsave\r\n$0\r\n\r\n");
-  EXPECT_EQ(c.Cmd({"COMMAND", "DOCS"}), "%0\r\n");
+  EXPECT_EQ(c.Cmd({"COMMAND", "DOCS", "nosuch"}), "%0\r\n");
+  EXPECT_EQ(c.Cmd({"COMMAND", "DOCS", "ping"}),
+            "%1\r\n$4\r\nping\r\n%5\r\n$7\r\nsummary\r\n$15\r\nPing the server\r\n$5\r\nsince\r\n$5\r\n1.0.0\r\n"
+            "$5\r\ngroup\r\n$10\r\nconnection\r\n$10\r\ncomplexity\r\n$4\r\nO(1)\r\n$9\r\narguments\r\n*1\r\n%3\r\n"
+            "$4\r\nname\r\n$7\r\nmessage\r\n$4\r\ntype\r\n$6\r\nstring\r\n$5\r\nflags\r\n~1\r\n+optional\r\n");
   EXPECT_EQ(c.Cmd({"HELLO", "2"}).rfind("*14\r\n", 0), 0u);
   EXPECT_EQ(c.Cmd({"GET", "missing"}), "$-1\r\n");
 }
