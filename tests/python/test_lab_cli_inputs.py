@@ -208,6 +208,27 @@ def test_a_file_written_to_stdout_is_all_that_stdout_carries(tmp_path):
     assert all(b'"out": "/dev/stdout"' in err for err in reports)  # the report went to stderr instead
 
 
+@pytest.mark.parametrize("into", ["a pipe", "a file"])
+def test_calibrate_writes_a_sweep_to_stdout_once(tmp_path, into):
+    # Was: the sweep was written as soon as it was measured and again, with the
+    # confirmation, at the end: two JSON documents down a pipe, and with stdout a file the
+    # second write went to "NAME (deleted)" beside it (stdout still held the replaced file).
+    argv = [sys.executable, "-m", "nvmw", "calibrate", "--env", "synthetic", "--grid", "2", "8", "--windows", "2",
+            "--phases", "1", "--out", str(tmp_path / "spec.toml"), "--sweep-out", "/dev/stdout"]
+    if into == "a pipe":
+        r = subprocess.run(argv, capture_output=True, timeout=300, env=dict(os.environ))
+        assert r.returncode == 0, r.stderr.decode(errors="replace")
+        text = r.stdout
+    else:
+        with open(tmp_path / "sweep.json", "wb") as out:
+            assert subprocess.run(argv, stdout=out, stderr=subprocess.DEVNULL, timeout=300,
+                                  env=dict(os.environ)).returncode == 0
+        text = (tmp_path / "sweep.json").read_bytes()
+    assert json.loads(text)["confirm_rows"]
+    assert sorted(os.listdir(tmp_path)) == ["spec.oracle.json", "spec.toml"] + (["sweep.json"] if into == "a file"
+                                                                                 else [])
+
+
 @pytest.mark.parametrize("out, words", [("{d}/file/eval", "file is not a directory"),
                                         ("{d}/file", "cannot create the output directory (File exists)")])
 def test_evaluate_refuses_an_out_it_cannot_make_before_the_run(tmp_path, capsys, out, words):

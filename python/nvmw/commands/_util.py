@@ -22,27 +22,29 @@ def ensure_pmem_force(argv_tail: list) -> None:
     os.execve(sys.executable, [sys.executable, "-m", "nvmw", *argv_tail], env)
 
 
+def is_stream(path: Optional[str]) -> bool:
+    """Whether the output `path` is stdout itself or is there and not a regular file (a
+    pipe, a device, a FIFO): what is written there cannot be replaced, only followed."""
+    if path is None:
+        return False
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        return True
+    try:
+        out = os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no file behind stdout (captured, closed)
+        return False
+    return (st.st_dev, st.st_ino) == (out.st_dev, out.st_ino)
+
+
 def report_stream(*paths: Optional[str]) -> IO:
     """Where a command prints its closing report: stdout, unless a file it wrote (`paths`;
-    None is skipped) is stdout itself or not a regular file (a pipe, a device, a FIFO,
-    as in `nvmw device plot /dev/stdout | display`), where a report on stdout would follow
-    the file's bytes down the same stream; then stderr."""
-    for path in paths:
-        if path is None:
-            continue
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            return sys.stderr
-        try:
-            out = os.fstat(sys.stdout.fileno())
-        except (OSError, ValueError, AttributeError):  # no file behind stdout (captured, closed)
-            continue
-        if (st.st_dev, st.st_ino) == (out.st_dev, out.st_ino):
-            return sys.stderr
-    return sys.stdout
+    None is skipped) `is_stream` (as in `nvmw device plot /dev/stdout | display`), where a
+    report on stdout would follow the file's bytes down the same stream; then stderr."""
+    return sys.stderr if any(is_stream(p) for p in paths) else sys.stdout
 
 
 def print_json(obj: Any) -> None:

@@ -20,7 +20,7 @@ from nvmw.commands import SUMMARIES
 from nvmw.commands._args import (Distinct, check_apart, check_beside, check_output_file, int_in, make_parent,
                                  nonneg_int, open_fraction, phase_number)
 from nvmw.commands._args import add_env_args, argv_of, env_from_args, positive_float, positive_int
-from nvmw.commands._util import report_stream
+from nvmw.commands._util import is_stream, report_stream
 from nvmw.lab.calibration import (calibrate, confirm_env, load_confirmation, load_sweep, no_control_windows,
                                   promise_configs, save_oracle, save_sweep, sweep_env)
 from nvmw.lab.capacity import DEFAULT_CLIENTS, measure_capacity
@@ -161,7 +161,9 @@ def run(args) -> int:
             header = run_header(args.env, env, phases=args.phases, **_measured(args))
         finally:
             env.close()
-        if args.sweep_out:  # kept at once: minutes of measurement
+        # Kept at once (minutes of measurement), and again at the end with the confirmation;
+        # a stream (--sweep-out /dev/stdout) takes one document, so it gets only the second.
+        if args.sweep_out and not is_stream(args.sweep_out):
             make_parent(args.sweep_out)
             save_sweep(args.sweep_out, rows, {k: v for k, v in header.items() if k != "sla"})
     if args.rule == "attain" and args.confirm_windows and not confirm:
