@@ -1051,7 +1051,7 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
       // The subcommands nvmw has and their arities as Redis's (SETINFO as Redis 7.2's); the
       // others are unknown subcommands.
       static constexpr std::pair<std::string_view, int> kSubcommands[] = {
-          {"getname", 2}, {"id", 2}, {"setinfo", 4}, {"setname", 3},
+          {"getname", 2}, {"help", 2}, {"id", 2}, {"setinfo", 4}, {"setname", 3},
       };
       const std::string sub = Lower(args[1]);
       const auto* known = std::find_if(std::begin(kSubcommands), std::end(kSubcommands),
@@ -1079,6 +1079,27 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
         }
       } else if (sub == "id") {
         Send(c, [&](std::string* out) { resp::AppendInteger(out, static_cast<int64_t>(c->id)); });
+      } else if (sub == "help") {
+        // Redis's lines for the subcommands nvmw has (SETINFO's as Redis 7.2's).
+        static constexpr std::string_view kHelp[] = {
+            "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "GETNAME",
+            "    Return the name of the current connection.",
+            "ID",
+            "    Return the ID of the current connection.",
+            "SETINFO <option> <value>",
+            "    Set client meta attr. Options are:",
+            "    * LIB-NAME: the client lib name.",
+            "    * LIB-VER: the client lib version.",
+            "SETNAME <name>",
+            "    Assign the name <name> to the current connection.",
+            "HELP",
+            "    Prints this help.",
+        };
+        Send(c, [&](std::string* out) {
+          resp::AppendArrayHeader(out, std::size(kHelp));
+          for (std::string_view line : kHelp) resp::AppendSimple(out, line);
+        });
       } else {  // setinfo
         // As Redis 7.2: the value takes the characters a client name takes, since CLIENT
         // LIST prints it between spaces. Checked, then not kept (nvmw has no CLIENT LIST).

@@ -188,7 +188,7 @@ CORPUS = {
     "client subcommands: errors": [cmd("CLIENT", "SETNAME"), cmd("CLIENT", "SETNAME", "a", "b"), cmd("client", "Setname"),
                                    cmd("CLIENT", "GETNAME", "x"), cmd("CLIENT", "ID", "x"), cmd("CLIENT", "NOSUCH"),
                                    cmd("client", "nosuch", "x"), cmd("CLIENT", ""), cmd("CLIENT", b"a\x00b"),
-                                   cmd("CLIENT", "y" * 200), cmd("CLIENT", b"a\r\nb"), cmd("CLIENT", "GETNAME")],
+                                   cmd("CLIENT", "y" * 200), cmd("CLIENT", b"a\r\nb"), cmd("CLIENT", "HELP", "x"), cmd("CLIENT", "GETNAME")],
     "command subcommands: errors": [cmd("COMMAND", "COUNT", "x"), cmd("COMMAND", "HELP", "x"), cmd("COMMAND", "LIST", "x"),
                                     cmd("COMMAND", "LIST", "FILTERBY"), cmd("COMMAND", "LIST", "FILTERBY", "PATTERN"),
                                     cmd("COMMAND", "LIST", "FILTERBY", "PATTERN", "g*", "x"),
@@ -440,9 +440,18 @@ DIFFERENCES = {
                        [b"+OK\r\n", b"-ERR wrong number of arguments for 'client|setinfo' command\r\n"],
                        "`CLIENT SETINFO` (Redis 7.2) is answered as Redis 7.2 answers it"),
     "client subcommands nvmw does not have": (
-        [cmd("CLIENT", "LIST"), cmd("CLIENT", "HELP")],
-        [b"-ERR unknown subcommand 'LIST'. Try CLIENT HELP.\r\n", b"-ERR unknown subcommand 'HELP'. Try CLIENT HELP.\r\n"],
-        "`CLIENT` subcommands nvmw does not have (`LIST`, `KILL`, `HELP`, ...) are unknown subcommands"),
+        [cmd("CLIENT", "LIST"), cmd("CLIENT", "KILL", "127.0.0.1:1")],
+        [b"-ERR unknown subcommand 'LIST'. Try CLIENT HELP.\r\n", b"-ERR unknown subcommand 'KILL'. Try CLIENT HELP.\r\n"],
+        "`CLIENT` subcommands nvmw does not have (`LIST`, `KILL`, ...) are unknown subcommands"),
+    "client help": ([cmd("CLIENT", "HELP")],
+                    [b"*13\r\n+CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:\r\n"
+                     b"+GETNAME\r\n+    Return the name of the current connection.\r\n"
+                     b"+ID\r\n+    Return the ID of the current connection.\r\n"
+                     b"+SETINFO <option> <value>\r\n+    Set client meta attr. Options are:\r\n"
+                     b"+    * LIB-NAME: the client lib name.\r\n+    * LIB-VER: the client lib version.\r\n"
+                     b"+SETNAME <name>\r\n+    Assign the name <name> to the current connection.\r\n"
+                     b"+HELP\r\n+    Prints this help.\r\n"],
+                    "`CLIENT HELP` lists the subcommands nvmw has, in Redis's words"),
     "command entries": ([cmd("COMMAND", "INFO", "client|setname")], [b"*1\r\n$-1\r\n"],
                         "`COMMAND INFO client|setname` is a null, and `COMMAND LIST` names no subcommand"),
     "config set and help": ([cmd("CONFIG", "SET", "save", ""), cmd("CONFIG", "RESETSTAT"), cmd("CONFIG", "HELP")],

@@ -420,6 +420,8 @@ TEST_F(ServerTest, ConnectionAndIntrospectionCommands) {
   EXPECT_EQ(c.Cmd({"CLIENT", "Setname"}), "-ERR wrong number of arguments for 'client|setname' command\r\n");
   EXPECT_EQ(c.Cmd({"CLIENT", "GETNAME", "x"}), "-ERR wrong number of arguments for 'client|getname' command\r\n");
   EXPECT_EQ(c.Cmd({"client", std::string("No\0x", 4)}), "-ERR unknown subcommand 'No'. Try CLIENT HELP.\r\n");
+  EXPECT_EQ(c.Cmd({"CLIENT", "HELP"}).rfind("*13\r\n+CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:\r\n", 0),
+            0u);
   EXPECT_EQ(c.Cmd({"CONFIG", "GET", "save"}), "*2\r\n$4\r\nsave\r\n$0\r\n\r\n");
   EXPECT_EQ(c.Cmd({"CONFIG", "GET", "appendonly"}), "*2\r\n$10\r\nappendonly\r\n$2\r\nno\r\n");
   EXPECT_EQ(c.Cmd({"CONFIG", "GET", "nothing*"}), "*0\r\n");
