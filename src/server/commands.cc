@@ -1144,8 +1144,8 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
         // As Redis: no names, every command; else those of the names that are commands, in
         // the order asked (an unknown name is left out, a name asked twice answered twice).
         std::vector<const CommandDoc*> docs;
-        for (const CommandDoc& d : kCommandDocs) {
-          if (args.size() == 2) docs.push_back(&d);
+        if (args.size() == 2) {
+          for (const CommandDoc& d : kCommandDocs) docs.push_back(&d);
         }
         for (size_t i = 2; i < args.size(); ++i) {
           const CommandSpec* s = Find(args[i]);
