@@ -14,8 +14,12 @@ import contextlib
 import errno
 import json
 import os
+import re
 import secrets
+import shutil
 import stat
+import sys
+import tempfile
 from typing import IO, Any, Iterator
 
 
@@ -40,19 +44,64 @@ def open_input(path: "str | os.PathLike", mode: str = "r", **kwargs: Any) -> IO:
         raise
 
 
+def _fileno(stream: Any) -> "int | None":
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):  # closed, or not backed by a descriptor
+        return None
+
+
+def _own_descriptor(path: "str | os.PathLike") -> "int | None":
+    """The descriptor of this process that `path` reaches its file through (/dev/stdout,
+    /dev/fd/N, /proc/self/fd/N, or a link to one of them), or None."""
+    p = os.path.abspath(os.fsdecode(path))
+    for _ in range(40):  # the kernel's own limit on links followed
+        m = re.fullmatch(r"/(?:proc/(self|\d+)|dev)/fd/(\d+)", p)
+        if m:
+            return int(m.group(2)) if m.group(1) in (None, "self", str(os.getpid())) else None
+        try:
+            target = os.readlink(p)
+        except OSError:  # not a link (or gone): the end of the chain
+            return None
+        p = os.path.normpath(os.path.join(os.path.dirname(p), target))
+    return None
+
+
 @contextlib.contextmanager
 def replacing(path: "str | os.PathLike") -> Iterator[str]:
     """A temporary path beside `path` (same directory and extension) to write instead of
     it: renamed onto `path` when the block ends, removed when it raises (Ctrl-C, a full
     disk, a failed writer). A symbolic link at `path` is written through; what is there and
     not a regular file (a device such as /dev/stdout, a FIFO) is `path` itself, written in
-    place: a rename would replace the node. A file replaced keeps its permission bits."""
+    place: a rename would replace the node. A file behind one of this process's descriptors
+    (/dev/stdout redirected to a file) is written through that descriptor once the block
+    ends. A file replaced keeps its permission bits."""
     try:
         mode: "int | None" = os.stat(path).st_mode
     except FileNotFoundError:  # nothing there yet (or a link to nothing: its target is made)
         mode = None
     if mode is not None and not stat.S_ISREG(mode):
         yield os.fspath(path)
+        return
+    fd = _own_descriptor(path) if mode is not None else None
+    if fd is not None:
+        # A regular file behind one of this process's descriptors (stdout redirected to a
+        # file): renaming onto it would leave the descriptor on the old, unlinked file, and
+        # opening it again would write from its start over what the descriptor wrote. The
+        # output is made in a temporary file and then written through the descriptor, at
+        # its position, after what the process printed there before.
+        handle, tmp = tempfile.mkstemp(prefix="nvmw-out-", suffix=os.path.splitext(os.fsdecode(path))[1])
+        os.close(handle)
+        try:
+            yield tmp
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None and _fileno(stream) == fd:
+                    stream.flush()
+            with open(tmp, "rb") as src, os.fdopen(os.dup(fd), "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        finally:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
         return
     target = os.path.realpath(os.fspath(path))
     directory, base = os.path.split(target)

@@ -273,3 +273,18 @@ def test_a_file_name_that_is_not_utf8_is_named_not_a_traceback(tmp_path, capsys,
         fh.write("time_ms,op,key,bytes\n0.000,read,a,10\n")
     assert main([a.format(f=name) for a in argv]) in (1, 2)
     _one_error_line(capsys, "the file name is not UTF-8", "\\xff.csv")
+
+
+@pytest.mark.parametrize("name", ["/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"])
+def test_an_output_through_a_descriptor_redirected_to_a_file_is_written_in_place(tmp_path, name):
+    # Was: the output was written beside the shell's file and renamed onto it, which left
+    # the process's stdout on the old, unlinked file: what it printed before and after
+    # was lost.
+    script = ("import sys\nfrom nvmw.jsonfiles import open_output\nprint('printed before')\n"
+              f"with open_output({name!r}) as fh:\n    fh.write('the output\\n')\n"
+              "print('printed after', flush=True)\n")
+    out = tmp_path / "out.txt"
+    with open(out, "w") as fh:
+        subprocess.run([sys.executable, "-c", script], stdout=fh, check=True, env=dict(os.environ))
+    assert out.read_text() == "printed before\nthe output\nprinted after\n"
+    assert os.listdir(tmp_path) == ["out.txt"]
