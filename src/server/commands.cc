@@ -55,23 +55,23 @@ constexpr CommandSpec kCommands[] = {
     {"exists", Cmd::kExists, -2, {"readonly", "fast"}, 1, -1, 1, {"@keyspace", "@read", "@fast"}, {"RO"}},
     {"mget", Cmd::kMget, -2, {"readonly", "fast"}, 1, -1, 1, {"@read", "@string", "@fast"}, {"RO", "access"}},
     {"mset", Cmd::kMset, -3, {"write", "denyoom"}, 1, -1, 2, {"@write", "@string", "@slow"}, {"OW", "update"}},
-    {"ping", Cmd::kPing, -1, {"fast"}, 0, 0, 0, {"@fast", "@connection"}},
-    {"echo", Cmd::kEcho, 2, {"loading", "stale", "fast"}, 0, 0, 0, {"@fast", "@connection"}},
-    {"info", Cmd::kInfo, -1, {"loading", "stale"}, 0, 0, 0, {"@slow", "@dangerous"}},
-    {"dbsize", Cmd::kDbsize, 1, {"readonly", "fast"}, 0, 0, 0, {"@keyspace", "@read", "@fast"}},
-    {"select", Cmd::kSelect, 2, {"loading", "stale", "fast"}, 0, 0, 0, {"@fast", "@connection"}},
+    {"ping", Cmd::kPing, -1, {"fast"}, 0, 0, 0, {"@fast", "@connection"}, {}},
+    {"echo", Cmd::kEcho, 2, {"loading", "stale", "fast"}, 0, 0, 0, {"@fast", "@connection"}, {}},
+    {"info", Cmd::kInfo, -1, {"loading", "stale"}, 0, 0, 0, {"@slow", "@dangerous"}, {}},
+    {"dbsize", Cmd::kDbsize, 1, {"readonly", "fast"}, 0, 0, 0, {"@keyspace", "@read", "@fast"}, {}},
+    {"select", Cmd::kSelect, 2, {"loading", "stale", "fast"}, 0, 0, 0, {"@fast", "@connection"}, {}},
     {"quit", Cmd::kQuit, -1, {"noscript", "loading", "stale", "fast", "no_auth", "allow_busy"}, 0, 0, 0,
-     {"@fast", "@connection"}},
+     {"@fast", "@connection"}, {}},
     {"auth", Cmd::kAuth, -2, {"noscript", "loading", "stale", "fast", "no_auth", "allow_busy"}, 0, 0, 0,
-     {"@fast", "@connection"}},
+     {"@fast", "@connection"}, {}},
     {"hello", Cmd::kHello, -1, {"noscript", "loading", "stale", "fast", "no_auth", "allow_busy"}, 0, 0, 0,
-     {"@fast", "@connection"}},
-    {"client", Cmd::kClient, -2, {}, 0, 0, 0, {"@slow"}},
-    {"command", Cmd::kCommand, -1, {"loading", "stale"}, 0, 0, 0, {"@slow", "@connection"}},
-    {"config", Cmd::kConfig, -2, {}, 0, 0, 0, {"@slow"}},
-    {"time", Cmd::kTime, 1, {"loading", "stale", "fast"}, 0, 0, 0, {"@fast"}},
-    {"nvmw.class", Cmd::kNvmwClass, -1, {"fast"}, 0, 0, 0, {"@fast", "@connection"}},
-    {"nvmw.stats", Cmd::kNvmwStats, 1, {"loading", "stale"}, 0, 0, 0, {"@slow"}},
+     {"@fast", "@connection"}, {}},
+    {"client", Cmd::kClient, -2, {}, 0, 0, 0, {"@slow"}, {}},
+    {"command", Cmd::kCommand, -1, {"loading", "stale"}, 0, 0, 0, {"@slow", "@connection"}, {}},
+    {"config", Cmd::kConfig, -2, {}, 0, 0, 0, {"@slow"}, {}},
+    {"time", Cmd::kTime, 1, {"loading", "stale", "fast"}, 0, 0, 0, {"@fast"}, {}},
+    {"nvmw.class", Cmd::kNvmwClass, -1, {"fast"}, 0, 0, 0, {"@fast", "@connection"}, {}},
+    {"nvmw.stats", Cmd::kNvmwStats, 1, {"loading", "stale"}, 0, 0, 0, {"@slow"}, {}},
 };
 
 // COMMAND DOCS: what redis-cli shows as a command's help and hints. Summary, since, group,
@@ -424,6 +424,27 @@ bool ParseRedisInt(std::string_view s, int64_t* out) {
 // An argument as Redis prints it into an error with %.Ns: at most `max` bytes, up to its
 // first NUL.
 std::string CPrefix(std::string_view s, size_t max) { return std::string(s.substr(0, std::min(s.find('\0'), max))); }
+
+// A container command's subcommands (lower case) with their arities as Redis gives them:
+// n, exactly n arguments; -n, at least n.
+using SubcommandTable = std::span<const std::pair<std::string_view, int>>;
+
+// Redis 7.0's error for a container command (`name`: COMMAND, CONFIG, CLIENT) whose
+// subcommand args[1] is not in `table` or has the wrong number of arguments; empty when
+// the call fits.
+std::string SubcommandError(const std::vector<std::string>& args, std::string_view name,
+                            SubcommandTable table) {
+  const std::string sub = Lower(args[1]);
+  const auto known = std::find_if(table.begin(), table.end(), [&](const auto& s) { return s.first == sub; });
+  if (known == table.end()) {
+    return "ERR unknown subcommand '" + CPrefix(args[1], 128) + "'. Try " + std::string(name) + " HELP.";
+  }
+  const int argc = static_cast<int>(std::min<size_t>(args.size(), 1 << 30));
+  if ((known->second > 0 && argc != known->second) || (known->second < 0 && argc < -known->second)) {
+    return "ERR wrong number of arguments for '" + Lower(name) + "|" + sub + "' command";
+  }
+  return "";
+}
 
 // The error for a command not in the table, worded and cut as Redis 7 cuts it
 // (processCommand): the name to 128 bytes, then the arguments, each quoted and followed by
@@ -1053,17 +1074,11 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
       static constexpr std::pair<std::string_view, int> kSubcommands[] = {
           {"getname", 2}, {"help", 2}, {"id", 2}, {"setinfo", 4}, {"setname", 3},
       };
+      if (const std::string refusal = SubcommandError(args, "CLIENT", kSubcommands); !refusal.empty()) {
+        error(refusal);
+        return;
+      }
       const std::string sub = Lower(args[1]);
-      const auto* known = std::find_if(std::begin(kSubcommands), std::end(kSubcommands),
-                                       [&](const auto& s) { return s.first == sub; });
-      if (known == std::end(kSubcommands)) {
-        error("ERR unknown subcommand '" + CPrefix(args[1], 128) + "'. Try CLIENT HELP.");
-        return;
-      }
-      if (argc != known->second) {
-        error("ERR wrong number of arguments for 'client|" + sub + "' command");
-        return;
-      }
       if (sub == "setname") {
         if (!ValidClientName(args[2])) {
           error("ERR Client names cannot contain spaces, newlines or special characters.");
@@ -1127,17 +1142,11 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
           {"count", 2}, {"docs", -2}, {"getkeys", -4}, {"getkeysandflags", -4}, {"help", 2}, {"info", -2},
           {"list", -2},
       };
+      if (const std::string refusal = SubcommandError(args, "COMMAND", kSubcommands); !refusal.empty()) {
+        error(refusal);
+        return;
+      }
       const std::string sub = Lower(args[1]);
-      const auto* known = std::find_if(std::begin(kSubcommands), std::end(kSubcommands),
-                                       [&](const auto& s) { return s.first == sub; });
-      if (known == std::end(kSubcommands)) {
-        error("ERR unknown subcommand '" + CPrefix(args[1], 128) + "'. Try COMMAND HELP.");
-        return;
-      }
-      if ((known->second > 0 && argc != known->second) || (known->second < 0 && argc < -known->second)) {
-        error("ERR wrong number of arguments for 'command|" + sub + "' command");
-        return;
-      }
       if (sub == "count") {
         Send(c, [](std::string* out) { resp::AppendInteger(out, static_cast<int64_t>(std::size(kCommands))); });
       } else if (sub == "docs") {
@@ -1289,17 +1298,11 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
       static constexpr std::pair<std::string_view, int> kSubcommands[] = {
           {"get", -3}, {"help", 2}, {"resetstat", 2}, {"rewrite", 2}, {"set", -4},
       };
+      if (const std::string refusal = SubcommandError(args, "CONFIG", kSubcommands); !refusal.empty()) {
+        error(refusal);
+        return;
+      }
       const std::string sub = Lower(args[1]);
-      const auto* known = std::find_if(std::begin(kSubcommands), std::end(kSubcommands),
-                                       [&](const auto& s) { return s.first == sub; });
-      if (known == std::end(kSubcommands)) {
-        error("ERR unknown subcommand '" + CPrefix(args[1], 128) + "'. Try CONFIG HELP.");
-        return;
-      }
-      if ((known->second > 0 && argc != known->second) || (known->second < 0 && argc < -known->second)) {
-        error("ERR wrong number of arguments for 'config|" + sub + "' command");
-        return;
-      }
       if (sub == "help") {
         static constexpr std::string_view kHelp[] = {
             "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
