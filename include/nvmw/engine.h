@@ -60,7 +60,8 @@ class Engine {
 struct PmemOptions {
   // Size of the pool file when it is created (ignored when an existing pool is opened),
   // rounded down to a multiple of 4 KiB.
-  // On tmpfs/DAX the file is sparse, so a large default costs nothing until used.
+  // libpmem allocates the whole file when it creates the pool (posix_fallocate): the pool
+  // takes its full size on the filesystem (on tmpfs, in memory) from the start.
   uint64_t pool_size_bytes = 1ull << 30;
   // Create the pool when the file does not exist. With false, a missing file is NotFound.
   bool create_if_missing = true;
@@ -75,7 +76,8 @@ struct PmemOptions {
   // not changed) so that first writes do not page-fault. On tmpfs a first touch
   // allocates and zeroes a 4 KB page, which costs more than copying into it; real
   // pmem (DAX) has no such cost. Open then takes time proportional to the pool
-  // size and the whole pool becomes resident: leave off for large sparse pools.
+  // size (the memory was taken when the file was created): leave off for large pools
+  // that stay mostly empty.
   // Best effort: ignored where the kernel lacks MADV_POPULATE_WRITE (< 5.14).
   bool prefault = false;
   // Back the pool's mapping with 2 MiB pages: after a successful open a background
