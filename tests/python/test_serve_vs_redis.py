@@ -11,6 +11,7 @@ other than loopback.
 Replies are read by parsing RESP frames, never by waiting. Keys are named after their case,
 and every write either server accepts is accepted by the other, so the cases can run in any
 order (DBSIZE included). redis-server is installed by scripts/setup.sh; a missing one fails."""
+import contextlib
 import os
 import re
 import select
@@ -117,31 +118,38 @@ def start(procs: list, argv: list, ready: bytes) -> "re.Match":
     return m
 
 
-@pytest.fixture(scope="module")
-def ports():
-    """(redis-server's port, nvmw serve's port): nvmw on a 64 MiB pmem pool on /dev/shm."""
+
+@contextlib.contextmanager
+def pair(bind: str = "127.0.0.1", nvmw_args: tuple = ("--engine", "memory")):
+    """A redis-server and an nvmw serve of their own, bound to `bind`: yields their ports;
+    both are stopped afterwards and must exit with status 0."""
     redis_server = shutil.which("redis-server")
     if redis_server is None:
         pytest.fail("redis-server is not installed: scripts/setup.sh installs it (Debian package redis-server)")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        redis_port = s.getsockname()[1]
     procs: list = []
-    with tempfile.TemporaryDirectory(prefix="nvmw-test-", dir=base) as d:
-        try:
-            start(procs, [redis_server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                          "--appendonly", "no"], rb"Ready to accept connections")
-            m = start(procs, [sys.executable, "-m", "nvmw", "serve", "--port", "0", "--engine", "pmem",
-                              "--path", os.path.join(d, "t.pool"), "--pool-mb", "64"], rb"listening on [\d.]+:(\d+)")
-            yield port, int(m.group(1))
-        finally:
-            for proc in procs:
-                proc.terminate()
-                rc = proc.wait(timeout=60)
-                proc.stdout.close()
-                assert rc == 0, f"{proc.args[0]} exited with {rc}"
+    try:
+        start(procs, [redis_server, "--port", str(redis_port), "--bind", bind, "--save", "",
+                      "--appendonly", "no"], rb"Ready to accept connections")
+        m = start(procs, [sys.executable, "-m", "nvmw", "serve", "--port", "0", "--bind", bind, *nvmw_args],
+                  rb"listening on [\d.]+:(\d+)")
+        yield redis_port, int(m.group(1))
+    finally:
+        for proc in procs:
+            proc.terminate()
+            rc = proc.wait(timeout=60)
+            proc.stdout.close()
+            assert rc == 0, f"{proc.args[0]} exited with {rc}"
 
+@pytest.fixture(scope="module")
+def ports():
+    """(redis-server's port, nvmw serve's port): nvmw on a 64 MiB pmem pool on /dev/shm."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(prefix="nvmw-test-", dir=base) as d:
+        with pair(nvmw_args=("--engine", "pmem", "--path", os.path.join(d, "t.pool"), "--pool-mb", "64")) as ports_:
+            yield ports_
 
 CORPUS = {
     "set get": [cmd("SET", "sg", "v"), cmd("GET", "sg"), cmd("SET", "sg", "w"), cmd("GET", "sg"), cmd("GET", "sg?")],
@@ -481,26 +489,12 @@ def test_documented_differences(ports, name):
 def test_info_keyspace_as_redis():
     """INFO keyspace, byte for byte, on servers of their own: on an empty store the section
     is its header alone, db0's line comes with the first key and goes with the last."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        redis_port = s.getsockname()[1]
-    procs: list = []
-    try:
-        start(procs, [shutil.which("redis-server") or "redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
-                      "--save", "", "--appendonly", "no"], rb"Ready to accept connections")
-        nvmw_port = int(start(procs, [sys.executable, "-m", "nvmw", "serve", "--port", "0", "--engine", "memory"],
-                              rb"listening on [\d.]+:(\d+)").group(1))
+    with pair() as (redis_port, nvmw_port):
         steps = [cmd("INFO", "keyspace"), cmd("SET", "ik", "v"), cmd("INFO", "keyspace"), cmd("DEL", "ik"),
                  cmd("INFO", "Keyspace")]
         got, want = exchange(nvmw_port, steps), exchange(redis_port, steps)
         assert got[0] == b"$12\r\n# Keyspace\r\n\r\n"
         assert got == want
-    finally:
-        for proc in procs:
-            proc.terminate()
-            rc = proc.wait(timeout=60)
-            proc.stdout.close()
-            assert rc == 0, f"{proc.args[0]} exited with {rc}"
 
 
 def host_address() -> str:
@@ -522,15 +516,7 @@ def test_protected_mode_as_redis():
     of another address gets one -DENIED line and is closed, counted in rejected_connections;
     loopback clients are served. The line's words differ (documented)."""
     host = host_address()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        redis_port = s.getsockname()[1]
-    procs: list = []
-    try:
-        start(procs, [shutil.which("redis-server") or "redis-server", "--port", str(redis_port), "--bind", "0.0.0.0",
-                      "--save", "", "--appendonly", "no"], rb"Ready to accept connections")
-        nvmw_port = int(start(procs, [sys.executable, "-m", "nvmw", "serve", "--port", "0", "--engine", "memory",
-                                      "--bind", "0.0.0.0"], rb"listening on [\d.]+:(\d+)").group(1))
+    with pair(bind="0.0.0.0") as (redis_port, nvmw_port):
         denied = {}
         for name, port in (("redis", redis_port), ("nvmw", nvmw_port)):
             with socket.create_connection((host, port), timeout=10) as s:
@@ -544,9 +530,3 @@ def test_protected_mode_as_redis():
         assert b"--protected-mode no" in denied["nvmw"] and denied["nvmw"] != denied["redis"]
         with open(DOCS, encoding="utf-8") as f:
             assert "the `-DENIED` line names nvmw's ways out" in " ".join(f.read().split())
-    finally:
-        for proc in procs:
-            proc.terminate()
-            rc = proc.wait(timeout=60)
-            proc.stdout.close()
-            assert rc == 0, f"{proc.args[0]} exited with {rc}"
