@@ -11,6 +11,7 @@
 #ifndef NVMW_ENGINE_H_
 #define NVMW_ENGINE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -25,6 +26,12 @@ namespace nvmw {
 // Receives a value in place. The view is valid only during the call; the
 // callback must not call back into the engine.
 using ValueFn = std::function<void(std::string_view value)>;
+
+// One key and its value, for PutMany.
+struct KeyValue {
+  std::string_view key;
+  std::string_view value;
+};
 
 class Engine {
  public:
@@ -44,6 +51,16 @@ class Engine {
   // pool is full (the old value, if any, is kept).
   virtual Status Put(std::string_view key, std::string_view value) = 0;
 
+  // Puts n keys in order: results[i] is what Put(items[i].key, items[i].value) would
+  // have returned (a key given twice ends with its later value). Each OK item is
+  // durable when the call returns. The default is one Put per item. PmemEngine makes
+  // consecutive items durable together, with one drain and one redo-logged publish
+  // per group of up to kPutGroupMax items whose hash buckets differ, which costs less
+  // than a Put each; after a crash each such group is there whole or not at all.
+  virtual void PutMany(const KeyValue* items, size_t n, Status* results) {
+    for (size_t i = 0; i < n; ++i) results[i] = Put(items[i].key, items[i].value);
+  }
+
   // Removes `key`: OK if it existed, NotFound otherwise.
   virtual Status Remove(std::string_view key) = 0;
 
@@ -56,6 +73,10 @@ class Engine {
   // "pmem" or "memory".
   virtual const char* Name() const = 0;
 };
+
+// The most items PmemEngine::PutMany publishes together (libpmemobj's per-thread redo
+// log holds their allocations, links and frees without growing).
+inline constexpr size_t kPutGroupMax = 8;
 
 struct PmemOptions {
   // Size of the pool file when it is created (ignored when an existing pool is opened),

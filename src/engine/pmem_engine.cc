@@ -9,8 +9,9 @@
 // published), then under the bucket's lock stripe publishes in ONE redo-logged
 // step (pmemobj_publish): the allocation itself, the 8-byte link that makes it
 // reachable, and the free of the entry it replaces. A crash before that step
-// leaves nothing on media; after it, the new value is durable. Lock stripes live
-// in DRAM and are rebuilt at open.
+// leaves nothing on media; after it, the new value is durable. PutMany does the
+// same for a group of keys in distinct buckets with one drain and one publish.
+// Lock stripes live in DRAM and are rebuilt at open.
 //
 // Damage: nothing read from the file is trusted. Before libpmemobj maps a pool,
 // its header, descriptor, size and our root object are checked from the file
@@ -25,6 +26,7 @@
 // pmem_pool.cc.
 #include <libpmemobj.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -198,25 +200,28 @@ void PmemEngine::WarmAllocator() {
 }
 
 Status PmemEngine::Put(std::string_view key, std::string_view value) {
-  Status s = CheckKey(key, options_.max_key_bytes);
-  if (!s.ok()) return s;
-  s = CheckValue(value, options_.max_value_bytes);
-  if (!s.ok()) return s;
-  const uint64_t h = HashKey(key);
-  const uint64_t b = h & bucket_mask_;
+  const KeyValue item{key, value};
+  Status result;
+  PutMany(&item, 1, &result);
+  return result;
+}
+
+void PmemEngine::PutMany(const KeyValue* items, size_t n, Status* results) {
+  for (size_t i = 0; i < n;) i = PutGroup(items, n, i, results);
+}
+
+Status PmemEngine::ReserveAndFill(std::string_view key, std::string_view value, uint64_t h,
+                                  pobj_action* act, uint64_t* off) {
   const bool large = value.size() >= kAlignValueBytes;
   const uint64_t head = sizeof(Entry) + key.size();
   const uint64_t size = head + value.size() + (large ? 63 : 0);
-
   if (size > PMEMOBJ_MAX_ALLOC_SIZE) {
     return Status::InvalidArgument("value of " + std::to_string(value.size()) +
                                    " bytes exceeds libpmemobj's object limit");
   }
-
-  // 1. Reserve and fill the new entry without any lock. The reservation is
-  // volatile: if the process dies before step 2 the pool is unchanged.
-  pobj_action acts[4];
-  PMEMoid oid = pmemobj_reserve(pop_, &acts[0], size, kEntryType);
+  // The reservation is volatile: if the process dies before the publish, the pool is
+  // unchanged.
+  PMEMoid oid = pmemobj_reserve(pop_, act, size, kEntryType);
   if (OID_IS_NULL(oid)) {
     if (errno == ENOMEM) {
       return Status::NoSpace("pool full: cannot store a value of " +
@@ -237,55 +242,118 @@ Status PmemEngine::Put(std::string_view key, std::string_view value) {
   e->value_len = value.size();
   std::memcpy(e->key, key.data(), key.size());
   char* dst = reinterpret_cast<char*>(e) + value_off;
+  // Flushed, not drained: the caller drains once for its whole group before the
+  // publish, and that drain orders these flushes (and the non-temporal copy) too.
   if (large) {
-    // Checksum from the caller's buffer (in cache) rather than from the pool,
-    // then a non-temporal copy of the bulk and one flush of the header (+key,
-    // padding) whose drain also orders the copy.
+    // Checksum from the caller's buffer (in cache) rather than from the pool, then a
+    // non-temporal copy of the bulk and a flush of the header (+key, padding).
     std::memset(e->key + key.size(), 0, value_off - head);
     e->check = Hash2(reinterpret_cast<const char*>(e) + kCheckedFrom, value_off - kCheckedFrom,
                      value.data(), value.size());
     pmemobj_memcpy(pop_, dst, value.data(), value.size(),
                    PMEMOBJ_F_MEM_NODRAIN | PMEMOBJ_F_MEM_NONTEMPORAL);
-    pmemobj_persist(pop_, e, value_off);
+    pmemobj_flush(pop_, e, value_off);
   } else {
     if (!value.empty()) std::memcpy(dst, value.data(), value.size());
     e->check = EntryCheck(e);
-    pmemobj_persist(pop_, e, value_off + value.size());
+    pmemobj_flush(pop_, e, value_off + value.size());
   }
-
-  // 2. Under the stripe lock: link the entry where the key lives (or at the
-  // chain's end) and free the one it replaces, all in one redo-logged publish.
-  size_t nacts = 1;
-  Stripe& stripe = stripes_[b % kLockStripes];
-  {
-    std::unique_lock lock(stripe.mu);
-    uint64_t* link = nullptr;
-    Entry* old = Find(b, h, key, &link);
-    bool old_readable = false;
-    const bool old_quarantined = old != nullptr && Quarantined(Off(old), &old_readable);
-    if (old != nullptr) {
-      if (old->next != 0) pmemobj_set_value(pop_, &acts[nacts++], &e->next, old->next);
-      pmemobj_defer_free(pop_, PMEMoid{uuid_lo_, Off(old)}, &acts[nacts++]);
-      // Drop the quarantine mark before the space can be reused by another entry.
-      if (old_quarantined) Unquarantine(Off(old));
-    }
-    pmemobj_set_value(pop_, &acts[nacts++], link, oid.off);
-    if (pmemobj_publish(pop_, acts, nacts) != 0) {
-      int err = errno;
-      pmemobj_cancel(pop_, acts, nacts);
-      if (old_quarantined) {
-        std::lock_guard g(quarantine_mu_);
-        quarantine_.emplace(Off(old), old_readable);
-      }
-      return err == ENOMEM ? Status::NoSpace("pool full: cannot log the update")
-                           : Status::IOError("pmemobj_publish: " + PmemError());
-    }
-    if (old == nullptr || old_quarantined) {
-      stripe.count.store(stripe.count.load(std::memory_order_relaxed) + 1,
-                         std::memory_order_relaxed);
-    }
-  }
+  *off = oid.off;
   return Status::OK();
+}
+
+size_t PmemEngine::PutGroup(const KeyValue* items, size_t n, size_t first, Status* results) {
+  // One group: items from `first` on, at most kPutGroupMax of them, ending before an
+  // item whose bucket is already in it (so no item's chain walk or link depends on
+  // another item's unpublished change; a key given twice lands in the next group).
+  struct Member {
+    size_t item;
+    uint64_t h, b, off;
+    Entry* old;
+    bool old_quarantined, old_readable;
+  };
+  Member group[kPutGroupMax];
+  // A reservation per member, then at most three more actions each (the new entry's
+  // next link, the old entry's free, the link that makes the new one reachable).
+  pobj_action acts[4 * kPutGroupMax];
+  size_t m = 0;
+  size_t i = first;
+  for (; i < n && m < kPutGroupMax; ++i) {
+    const std::string_view key = items[i].key;
+    const std::string_view value = items[i].value;
+    Status s = CheckKey(key, options_.max_key_bytes);
+    if (s.ok()) s = CheckValue(value, options_.max_value_bytes);
+    if (!s.ok()) {
+      results[i] = s;
+      continue;
+    }
+    const uint64_t h = HashKey(key);
+    const uint64_t b = h & bucket_mask_;
+    bool seen = false;
+    for (size_t k = 0; k < m; ++k) seen = seen || group[k].b == b;
+    if (seen) break;
+    // 1. Reserve and fill the new entry without any lock.
+    Member& g = group[m];
+    s = ReserveAndFill(key, value, h, &acts[m], &g.off);
+    if (!s.ok()) {
+      results[i] = s;
+      continue;
+    }
+    g.item = i;
+    g.h = h;
+    g.b = b;
+    ++m;
+  }
+  if (m == 0) return i;
+  pmemobj_drain(pop_);
+
+  // 2. Under the members' lock stripes (taken in ascending order, each once): link each
+  // new entry where its key lives (or at its chain's end) and free the one it replaces,
+  // all of the group in one redo-logged publish.
+  size_t stripe_ids[kPutGroupMax];
+  for (size_t k = 0; k < m; ++k) stripe_ids[k] = group[k].b % kLockStripes;
+  std::sort(stripe_ids, stripe_ids + m);
+  const size_t nstripes = static_cast<size_t>(std::unique(stripe_ids, stripe_ids + m) - stripe_ids);
+  for (size_t k = 0; k < nstripes; ++k) stripes_[stripe_ids[k]].mu.lock();
+  size_t nacts = m;
+  for (size_t k = 0; k < m; ++k) {
+    Member& g = group[k];
+    Entry* e = At(g.off);
+    uint64_t* link = nullptr;
+    g.old = Find(g.b, g.h, items[g.item].key, &link);
+    g.old_readable = false;
+    g.old_quarantined = g.old != nullptr && Quarantined(Off(g.old), &g.old_readable);
+    if (g.old != nullptr) {
+      if (g.old->next != 0) pmemobj_set_value(pop_, &acts[nacts++], &e->next, g.old->next);
+      pmemobj_defer_free(pop_, PMEMoid{uuid_lo_, Off(g.old)}, &acts[nacts++]);
+      // Drop the quarantine mark before the space can be reused by another entry.
+      if (g.old_quarantined) Unquarantine(Off(g.old));
+    }
+    pmemobj_set_value(pop_, &acts[nacts++], link, g.off);
+  }
+  Status outcome;
+  if (pmemobj_publish(pop_, acts, nacts) != 0) {
+    const int err = errno;
+    pmemobj_cancel(pop_, acts, nacts);
+    for (size_t k = 0; k < m; ++k) {
+      if (group[k].old_quarantined) {
+        std::lock_guard g(quarantine_mu_);
+        quarantine_.emplace(Off(group[k].old), group[k].old_readable);
+      }
+    }
+    outcome = err == ENOMEM ? Status::NoSpace("pool full: cannot log the update")
+                            : Status::IOError("pmemobj_publish: " + PmemError());
+  } else {
+    for (size_t k = 0; k < m; ++k) {
+      if (group[k].old == nullptr || group[k].old_quarantined) {
+        std::atomic<int64_t>& count = stripes_[group[k].b % kLockStripes].count;
+        count.store(count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      }
+    }
+  }
+  for (size_t k = nstripes; k-- > 0;) stripes_[stripe_ids[k]].mu.unlock();
+  for (size_t k = 0; k < m; ++k) results[group[k].item] = outcome;
+  return i;
 }
 
 Status PmemEngine::Remove(std::string_view key) {

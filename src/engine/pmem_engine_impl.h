@@ -131,6 +131,7 @@ class PmemEngine final : public Engine {
   }
 
   Status Put(std::string_view key, std::string_view value) override;
+  void PutMany(const KeyValue* items, size_t n, Status* results) override;
   Status Remove(std::string_view key) override;
 
   uint64_t Count() override {
@@ -220,6 +221,14 @@ class PmemEngine final : public Engine {
   }
 
   void StopHugePages();
+
+  // Reserves an entry for key/value (hash h), fills and flushes it without draining;
+  // *off is its pool offset. The reservation goes into *act, for a publish or cancel.
+  Status ReserveAndFill(std::string_view key, std::string_view value, uint64_t h,
+                        pobj_action* act, uint64_t* off);
+  // Publishes one group of PutMany's items starting at `first` (see its definition);
+  // returns the index of the first item it did not take.
+  size_t PutGroup(const KeyValue* items, size_t n, size_t first, Status* results);
 
   PMEMobjpool* const pop_;
   char* const base_;
