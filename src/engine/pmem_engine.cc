@@ -292,6 +292,10 @@ size_t PmemEngine::PutGroup(const KeyValue* items, size_t n, size_t first, Statu
     bool seen = false;
     for (size_t k = 0; k < m; ++k) seen = seen || group[k].b == b;
     if (seen) break;
+    // The bucket's slot is a cache miss on a large table: start loading it now, under
+    // the copy of the value (the members' misses then overlap instead of following
+    // one another in step 2).
+    __builtin_prefetch(&buckets_[b]);
     // 1. Reserve and fill the new entry without any lock.
     Member& g = group[m];
     s = ReserveAndFill(key, value, h, &acts[m], &g.off);
@@ -305,6 +309,12 @@ size_t PmemEngine::PutGroup(const KeyValue* items, size_t n, size_t first, Statu
     ++m;
   }
   if (m == 0) return i;
+  // Likewise the first entry of each member's chain, where its key usually is (read
+  // without the lock, only to prefetch: a stale offset costs nothing but the load).
+  for (size_t k = 0; k < m; ++k) {
+    const uint64_t first_off = __atomic_load_n(&buckets_[group[k].b], __ATOMIC_RELAXED);
+    if (first_off != 0) __builtin_prefetch(base_ + first_off);
+  }
   pmemobj_drain(pop_);
 
   // 2. Under the members' lock stripes (taken in ascending order, each once): link each
