@@ -163,6 +163,19 @@ class Middleware {
   // (done is not called on a non-OK return).
   Status SubmitOrRun(Request request, Completion done);
 
+  // SubmitOrRun for several Puts at once, for an event loop that gathers the writes of
+  // one turn (the Redis-protocol server). Caller-runs or no control, when the class of
+  // the first valid request has a free permit: the requests of that class run on the
+  // calling thread under that one permit, through Engine::PutMany (on the pmem engine
+  // one drain and one redo-logged publish per group of keys rather than per key), and
+  // their done[i] run inline, in order, before this returns. Each Put counts as one
+  // request in the window statistics, with the group's time as its latency. Requests
+  // of another class, and all of them when no permit is free or in hand-off mode, go
+  // one by one as SubmitOrRun takes them. accepted[i] is what SubmitOrRun would have
+  // returned for requests[i]: done[i] is called exactly once when it is OK, never
+  // otherwise. A request that is not a Put is InvalidArgument.
+  void SubmitOrRunPuts(Request* requests, Completion* done, size_t n, Status* accepted);
+
   // Last closed window (seq 0 and zeros before the first window closes).
   WindowStats GetStats() const;
   // Thesis Table 3.2 state, taken from the last closed window plus current threads.

@@ -84,6 +84,14 @@ struct ServerOptions {
   // classes' limits bound the server's concurrency (each request pays a hand-off).
   // Batch requests always go to the workers. No-control mode always runs on the loop.
   bool run_on_loop = true;
+  // Group commit: the single-key SETs that an io thread would run itself during one turn
+  // of its loop (one epoll_wait's worth of ready connections) are made durable together
+  // at the end of the turn, under one permit, through Engine::PutMany (on the pmem
+  // engine one drain and one redo-logged publish per group of up to kPutGroupMax keys
+  // instead of one per key), and each is answered once its group is durable. A SET's
+  // reply then waits for the others read in the same turn (Redis too writes a turn's
+  // replies at its end). false: each SET is made durable alone, as it is read.
+  bool group_commit = true;
   // Stop(): how long replies may take to reach slow readers before their
   // connections are closed anyway (commands in flight always finish first). Infinity:
   // Stop waits for every reader.

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "middleware/middleware_impl.h"
 #include "util/clock.h"
@@ -485,6 +486,70 @@ Status Middleware::Impl::SubmitOrRun(Request&& request, Completion&& done) {
   return s;
 }
 
+void Middleware::Impl::SubmitOrRunPuts(Request* requests, Completion* done, size_t n,
+                                       Status* accepted) {
+  // Which requests join the group: valid Puts of the first valid one's class.
+  // (Not thread_local: a completion may call this again on the same thread.)
+  std::vector<size_t> members;
+  std::vector<KeyValue> items;
+  std::vector<Status> results;
+  int c = -1;
+  const bool grouping = n > 1 && !(options.control && options.execution == Execution::kHandOff);
+  for (size_t i = 0; i < n; ++i) {
+    accepted[i] = Status::OK();
+    if (requests[i].op != OpType::kPut) {
+      accepted[i] = Status::InvalidArgument("SubmitOrRunPuts takes Puts only");
+      continue;
+    }
+    if (!grouping) continue;
+    const Request& r = requests[i];
+    if (!Validate(r.op, r.value.size(), r.cls).ok() || !done[i]) continue;  // said below
+    const int rc = static_cast<int>(Resolve(r.op, r.value.size(), r.cls));
+    if (c < 0) c = rc;
+    if (rc == c) members.push_back(i);
+  }
+  bool granted = false;
+  if (members.size() > 1 && started.load(std::memory_order_acquire)) {
+    granted = PermitsOf(c).TryAcquire() == Permits::Admit::kGranted;
+  }
+  if (!granted) members.clear();
+  if (granted) {
+    const int64_t submit_ns = FastNowNs();
+    items.reserve(members.size());
+    results.assign(members.size(), Status::OK());
+    for (size_t i : members) items.push_back(KeyValue{requests[i].key, requests[i].value});
+    try {
+      db->PutMany(items.data(), items.size(), results.data());
+    } catch (const std::bad_alloc&) {
+      results.assign(members.size(), Status::NoSpace("out of memory in engine operation"));
+    } catch (const std::exception& e) {
+      results.assign(members.size(), Status::IOError(std::string("engine threw: ") + e.what()));
+    }
+    const uint64_t latency_ns = static_cast<uint64_t>(std::max<int64_t>(0, FastNowNs() - submit_ns));
+    const RequestClass cls = static_cast<RequestClass>(c);
+    StatsShard* stripe = CallerStripe();
+    // Recorded, and the completions run, before the permit goes back (as for one
+    // request: Stop's drain waits for the permit).
+    for (size_t k = 0; k < members.size(); ++k) {
+      stripe->Record(cls, latency_ns, items[k].value.size(), true, IsError(results[k]));
+    }
+    for (size_t k = 0; k < members.size(); ++k) {
+      CallCompletion(done[members[k]], results[k], std::string());
+    }
+    ReleasePermit(c, nullptr);
+  }
+  // Everything else, one by one (members is sorted: a merge walk skips the group).
+  size_t next_member = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (next_member < members.size() && members[next_member] == i) {
+      ++next_member;
+      continue;
+    }
+    if (!accepted[i].ok()) continue;
+    accepted[i] = SubmitOrRun(std::move(requests[i]), std::move(done[i]));
+  }
+}
+
 // ---- public entry points of this role ----
 
 Status Middleware::Get(std::string_view key, std::string* value, RequestClass cls) {
@@ -510,6 +575,11 @@ Status Middleware::Submit(Request request, Completion done) {
 
 Status Middleware::SubmitOrRun(Request request, Completion done) {
   return impl_->SubmitOrRun(std::move(request), std::move(done));
+}
+
+void Middleware::SubmitOrRunPuts(Request* requests, Completion* done, size_t n,
+                                 Status* accepted) {
+  impl_->SubmitOrRunPuts(requests, done, n, accepted);
 }
 
 bool Middleware::InCompletion() const { return impl_->InCompletion(); }

@@ -548,17 +548,18 @@ void Server::Impl::Continue(IoThread* io, Conn* c) {
     const bool to_workers =
         mw->options().control &&
         (!options.run_on_loop || mw->Classify(r.op, r.value.size(), r.cls) == RequestClass::kBatch);
-    Completion done = [c](const Status& st, std::string&& v) {
-      c->result_status = st;
-      c->result_value = std::move(v);
-      if (t_current_io == c->io) {
-        c->result_inline = true;  // ran inside SubmitOrRun, on the loop
-      } else {
-        Post(c);
-      }
-    };
-    Status s = to_workers ? mw->Submit(std::move(r), std::move(done))
-                          : mw->SubmitOrRun(std::move(r), std::move(done));
+    if (!to_workers && options.group_commit && p.kind == PendingCommand::Kind::kSet) {
+      // Made durable with the turn's other SETs at its end (CommitPuts), which resumes
+      // the connection.
+      io->puts.push_back(std::move(r));
+      io->put_conns.push_back(c);
+      c->in_group = true;
+      c->in_flight = true;
+      io->in_flight.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    Status s = to_workers ? mw->Submit(std::move(r), CompletionFor(c))
+                          : mw->SubmitOrRun(std::move(r), CompletionFor(c));
     if (!s.ok()) {
       c->result_status = s;
       c->result_value.clear();
@@ -574,6 +575,55 @@ void Server::Impl::Continue(IoThread* io, Conn* c) {
     return;
   }
   FinishPending(c);
+}
+
+Completion Server::Impl::CompletionFor(Conn* c) {
+  return [c](const Status& st, std::string&& v) {
+    c->result_status = st;
+    c->result_value = std::move(v);
+    if (t_current_io == c->io) {
+      c->result_inline = true;  // ran inside SubmitOrRun(Puts), on the loop
+    } else {
+      Post(c);
+    }
+  };
+}
+
+void Server::Impl::CommitPuts(IoThread* io) {
+  while (!io->puts.empty()) {
+    // The connections resumed below may add SETs to io->puts: commit this group from
+    // buffers of its own.
+    std::vector<Request>& reqs = io->committing;
+    std::vector<Conn*>& conns = io->committing_conns;
+    reqs.swap(io->puts);
+    conns.swap(io->put_conns);
+    const size_t n = reqs.size();
+    std::vector<Completion>& done = io->committing_done;
+    std::vector<Status>& accepted = io->committing_accepted;
+    done.clear();
+    accepted.assign(n, Status::OK());
+    for (Conn* c : conns) {
+      c->in_group = false;
+      c->result_inline = false;
+      done.push_back(CompletionFor(c));
+    }
+    mw->SubmitOrRunPuts(reqs.data(), done.data(), n, accepted.data());
+    for (size_t k = 0; k < n; ++k) {
+      Conn* c = conns[k];
+      if (!accepted[k].ok()) {
+        c->result_status = accepted[k];
+        c->result_value.clear();
+        Resume(io, c);
+      } else if (c->result_inline) {
+        Resume(io, c);
+      } else {
+        UpdateInterest(io, c);  // a worker has it and will post the connection back
+      }
+    }
+    reqs.clear();
+    conns.clear();
+    done.clear();
+  }
 }
 
 void Server::Impl::Absorb(Conn* c) {

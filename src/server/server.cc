@@ -359,6 +359,7 @@ void Server::Impl::Loop(IoThread* io) {
       if (ev & EPOLLIN) OnReadable(io, c);
       if (!c->closed && !c->move_to && (ev & EPOLLOUT)) OnWritable(io, c);
     }
+    CommitPuts(io);
     MoveConns(io);
     const int64_t now = NowNs();
     if (io->accept_paused && now >= io->accept_resume_ns && !IsStopping()) {
@@ -398,6 +399,7 @@ void Server::Impl::Loop(IoThread* io) {
         }
       }
     }
+    CommitPuts(io);  // SETs of commands resumed after the turn's events (none, usually)
     graveyard.clear();
   }
   io->graveyard = nullptr;
@@ -630,7 +632,9 @@ void Server::Impl::Flush(IoThread* io, Conn* c) {
 }
 
 void Server::Impl::UpdateInterest(IoThread* io, Conn* c) {
-  if (c->closed) return;
+  // Waiting in the group commit: its interest is set when the group is done, before the
+  // loop waits again (no epoll_ctl for the pause of each SET).
+  if (c->closed || c->in_group) return;
   uint32_t want = 0;
   if (MayRead(c) || c->lingering) want |= EPOLLIN;
   if (!c->out.empty()) want |= EPOLLOUT;
@@ -700,24 +704,26 @@ void Server::Impl::DrainMailbox(IoThread* io) {
     std::lock_guard<std::mutex> lock(io->mailbox_mu);
     ready.swap(io->mailbox);
   }
-  for (Conn* c : ready) {
-    c->in_flight = false;
-    io->in_flight.fetch_sub(1, std::memory_order_relaxed);
-    if (c->closed) {
-      auto it = std::find_if(io->zombies.begin(), io->zombies.end(),
-                             [c](const std::unique_ptr<Conn>& z) { return z.get() == c; });
-      if (it != io->zombies.end()) {
-        io->graveyard->push_back(std::move(*it));
-        *it = std::move(io->zombies.back());
-        io->zombies.pop_back();
-      }
-      continue;
+  for (Conn* c : ready) Resume(io, c);
+}
+
+void Server::Impl::Resume(IoThread* io, Conn* c) {
+  c->in_flight = false;
+  io->in_flight.fetch_sub(1, std::memory_order_relaxed);
+  if (c->closed) {
+    auto it = std::find_if(io->zombies.begin(), io->zombies.end(),
+                           [c](const std::unique_ptr<Conn>& z) { return z.get() == c; });
+    if (it != io->zombies.end()) {
+      io->graveyard->push_back(std::move(*it));
+      *it = std::move(io->zombies.back());
+      io->zombies.pop_back();
     }
-    Absorb(c);
-    Continue(io, c);
-    if (!c->pending) ProcessInput(io, c);
-    if (!c->closed) Flush(io, c);
+    return;
   }
+  Absorb(c);
+  Continue(io, c);
+  if (!c->pending) ProcessInput(io, c);
+  if (!c->closed) Flush(io, c);
 }
 
 bool Server::Impl::ShouldMoveToBatch(const IoThread* io, const Conn* c) const {

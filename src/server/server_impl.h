@@ -118,6 +118,8 @@ struct Conn {
   Status result_status;
   std::string result_value;
   bool result_inline = false;  // the completion ran on this loop, inside SubmitOrRun
+  // Its SET waits in the loop's group commit (IoThread::puts), run at the end of the turn.
+  bool in_group = false;
   // Set while the connection waits, between two commands, to be moved to this loop (a
   // batch loop, or back); no command runs and nothing is read meanwhile.
   IoThread* move_to = nullptr;
@@ -147,6 +149,14 @@ struct IoThread {
   std::vector<std::unique_ptr<Conn>> adopt;
   bool adopt_closed = false;
   std::vector<Conn*> to_move;  // connections with move_to set, moved at the end of the turn
+  // Group commit (ServerOptions::group_commit): the SETs read this turn and their
+  // connections, and the buffers of the group being committed (kept for their capacity).
+  std::vector<Request> puts;
+  std::vector<Conn*> put_conns;
+  std::vector<Request> committing;
+  std::vector<Conn*> committing_conns;
+  std::vector<Completion> committing_done;
+  std::vector<Status> committing_accepted;
 };
 
 struct Server::Impl {
@@ -204,6 +214,14 @@ struct Server::Impl {
   void Close(IoThread* io, Conn* c);
   void Linger(IoThread* io, Conn* c);
   void DrainMailbox(IoThread* io);
+  // A connection's sub-request came back (its result is in the connection): take it in
+  // and go on with the command and the input behind it.
+  void Resume(IoThread* io, Conn* c);
+  // Runs the loop's group commit: the SETs gathered this turn, and those that the
+  // commands behind them add, until none is left.
+  void CommitPuts(IoThread* io);
+  // The completion of a connection's sub-request (Continue, CommitPuts).
+  static Completion CompletionFor(Conn* c);
   void CheckStalls(IoThread* io, int64_t now_ns);
   // Batch loops: asks for the connection to be moved to a loop of the other kind
   // (batch: true, a batch loop) once its current command is done; no-op without batch

@@ -93,6 +93,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="move the pmem pool's mapping to 2 MiB pages in the background after the open "
                    "(default: on; fewer TLB misses per request on tmpfs; no effect where the kernel or "
                    "filesystem cannot; --no-huge-pages keeps 4 KiB pages)")
+    p.add_argument("--group-commit", action=argparse.BooleanOptionalAction, default=None,
+                   help="make the small SETs read in one turn of the network loop durable together, one "
+                   "publish per group of up to 8 keys, each answered once its group is durable (default: "
+                   "on; --no-group-commit makes each SET durable alone)")
     p.add_argument("--log-windows", action="store_true",
                    help="print one line per monitor window (threads, ops/s, interactive p99, queues, SLA)")
     p.set_defaults(func=run)
@@ -172,7 +176,7 @@ def _serve(args: argparse.Namespace, signals: StopSignals) -> int:
                       max_bulk_bytes=args.max_bulk_bytes, io_threads=args.io_threads,
                       batch_io_threads=args.batch_io_threads, batch_io_idle=args.batch_io_idle,
                       batch_nice=args.batch_nice, huge_pages=args.huge_pages,
-                      protected_mode=protected,
+                      protected_mode=protected, group_commit=args.group_commit,
                       on_window=_print_window if args.log_windows else None)
 
         def started(s: Service) -> None:

@@ -53,7 +53,7 @@ STAT_CLASSES = ("interactive", "batch", "all")
 QUANTILES = (("p50_us", "0.5"), ("p99_us", "0.99"), ("p999_us", "0.999"))
 #: The server options passed through to `_core.Server` when given (None: the server's default).
 SERVER_LIMITS = ("max_clients", "max_bulk_bytes", "max_args", "max_output_bytes", "io_threads",
-                 "batch_io_threads", "batch_io_idle", "protected_mode")
+                 "batch_io_threads", "batch_io_idle", "protected_mode", "group_commit")
 
 
 class _MiddlewarePlant:
@@ -115,6 +115,8 @@ class Service:
         they run under SCHED_IDLE (None: the server's defaults; docs/server.md).
     protected_mode: without a password, answer clients that are not on loopback with
         one -DENIED line and close them, as Redis does (None: the server's default, on).
+    group_commit: make the small SETs read in one turn of the server's loop durable
+        together, one publish per group (None: the server's default, on; docs/server.md).
     batch_nice: CPU niceness (0..19) the middleware's batch workers add to the server's
         own (`nvmw.Middleware`'s `batch_nice`). 19 by default: the interactive requests
         run on the network loop at the server's priority, and when the cores are short
@@ -135,7 +137,7 @@ class Service:
                  max_args: Optional[int] = None, max_output_bytes: Optional[int] = None,
                  io_threads: Optional[int] = None, batch_io_threads: Optional[int] = None,
                  batch_io_idle: Optional[bool] = None, protected_mode: Optional[bool] = None,
-                 batch_nice: int = 19, huge_pages: bool = True,
+                 group_commit: Optional[bool] = None, batch_nice: int = 19, huge_pages: bool = True,
                  on_window: Optional[Callable[[dict], None]] = None,
                  server_factory: Optional[Callable[..., Any]] = None):
         self.device = device or "none"
@@ -163,7 +165,8 @@ class Service:
             ("max_args", max_args, _size), ("max_output_bytes", max_output_bytes, _size),
             ("io_threads", io_threads, _c_int), ("batch_io_threads", batch_io_threads, _c_int),
             ("batch_io_idle", batch_io_idle, _flag),
-            ("protected_mode", protected_mode, _flag)) if v is not None}
+            ("protected_mode", protected_mode, _flag),
+            ("group_commit", group_commit, _flag)) if v is not None}
         self.on_window = on_window
         self.server_factory = server_factory
         self.mw: Optional[Middleware] = None
