@@ -13,6 +13,8 @@ enum class CrashEvent : uint32_t {
   kBeginRemove = 2,  // Remove(key) is about to run
   kAck = 3,          // the operation announced last for this key returned OK
   kReady = 4,        // the pool is open (key = count of keys found)
+  kBeginPutMany = 5, // PutMany of the `key` kBeginPut records that follow this one
+                     // (sent with them in one write) is about to run
 };
 
 // 24 bytes, below PIPE_BUF, so a write(2) of one record is never interleaved
@@ -24,6 +26,13 @@ struct CrashRecord {
   uint64_t length;
 };
 static_assert(sizeof(CrashRecord) == 24);
+
+// Most items of one PutMany in the writer's "many" mode: the batch's records, one
+// write of (kCrashMaxBatch + 1) * 24 bytes, stay below PIPE_BUF.
+constexpr uint32_t kCrashMaxBatch = 20;
+
+// Buckets of the writer's pool.
+constexpr uint64_t kCrashBuckets = 64;
 
 // Keys below kCrashLargeKeys get 1-4 MB values; the rest small ones.
 constexpr uint32_t kCrashKeys = 48;

@@ -5,7 +5,12 @@
 // (or was superseded by the one operation in flight after it), that no value is
 // torn, and that Count() matches. Repeated for many kill cycles on one pool.
 //
-// Environment: NVMW_CRASH_CYCLES (default 200, about 9 s), NVMW_CRASH_SEED (default 1).
+// The second test does the same with PutMany and also checks that each group of a
+// call the kill interrupted is there whole or not at all, and that groups land in
+// order.
+//
+// Environment: NVMW_CRASH_CYCLES (default 200 kills for Put, about 9 s, and 120 for
+// PutMany, whose cycles take longer), NVMW_CRASH_SEED (default 1).
 // A heap bug fixed in the engine (PmemEngine::WarmAllocator) failed one run of 100
 // kills in ten; many seeds of NVMW_CRASH_CYCLES=100 are the way to look for such bugs.
 #include <fcntl.h>
@@ -25,6 +30,7 @@
 #include <vector>
 
 #include "crash_protocol.h"
+#include "engine/engine_util.h"
 #include "engine_test_util.h"
 #include "nvmw/engine.h"
 
@@ -77,9 +83,45 @@ bool ReadRecord(int fd, CrashRecord* r) {
   return true;
 }
 
+// One PutMany call of the writer: its keys and their versions, in call order.
+struct Batch {
+  std::vector<uint32_t> keys;
+  std::vector<uint64_t> versions;
+};
+
+// How PmemEngine::PutMany splits `keys` into groups (include/nvmw/engine.h): runs of
+// consecutive items, at most kPutGroupMax, in distinct buckets. Returns each item's
+// group number.
+std::vector<size_t> Groups(const std::vector<uint32_t>& keys) {
+  std::vector<size_t> group(keys.size());
+  std::vector<uint64_t> buckets;
+  size_t g = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint64_t b =
+        engine_internal::HashKey(test::CrashKey(keys[i])) & (test::kCrashBuckets - 1);
+    bool seen = false;
+    for (uint64_t other : buckets) seen = seen || other == b;
+    if (seen || buckets.size() == kPutGroupMax) {
+      ++g;
+      buckets.clear();
+    }
+    buckets.push_back(b);
+    group[i] = g;
+  }
+  return group;
+}
+
 class CrashTest : public ::testing::Test {
  protected:
   void Apply(const CrashRecord& r) {
+    if (r.event == CrashEvent::kBeginPutMany) {
+      ASSERT_EQ(batch_left_, 0u) << "a PutMany announced inside another";
+      ASSERT_GT(r.key, 0u);
+      ASSERT_LE(r.key, test::kCrashMaxBatch);
+      batches_.emplace_back();
+      batch_left_ = r.key;
+      return;
+    }
     ASSERT_LT(r.key, test::kCrashKeys);
     KeyModel& m = model_[r.key];
     switch (r.event) {
@@ -87,6 +129,11 @@ class CrashTest : public ::testing::Test {
         ASSERT_FALSE(m.in_flight) << "two operations in flight on key " << r.key;
         m.in_flight = true;
         m.in_flight_state = Version{r.version, r.length};
+        if (batch_left_ > 0) {  // sent in one write with its kBeginPutMany: no other record between
+          batches_.back().keys.push_back(r.key);
+          batches_.back().versions.push_back(r.version);
+          --batch_left_;
+        }
         break;
       case CrashEvent::kBeginRemove:
         ASSERT_FALSE(m.in_flight) << "two operations in flight on key " << r.key;
@@ -102,11 +149,56 @@ class CrashTest : public ::testing::Test {
       default:
         FAIL() << "unexpected record " << static_cast<uint32_t>(r.event);
     }
+    ASSERT_TRUE(batch_left_ == 0 || r.event == CrashEvent::kBeginPut)
+        << "a PutMany's items were not announced together";
+  }
+
+  // For each PutMany the kill interrupted (its items still in flight): every group
+  // holds all of its new values or none, and a group holds them only if every group
+  // before it does (groups are published one after another).
+  void CheckInterruptedBatches(int cycle, const std::vector<KeyModel>& before,
+                               const std::vector<KeyState>& observed) {
+    for (const Batch& batch : batches_) {
+      bool interrupted = true;
+      for (size_t i = 0; i < batch.keys.size(); ++i) {
+        const KeyModel& m = before[batch.keys[i]];
+        interrupted = interrupted && m.in_flight && m.in_flight_state &&
+                      m.in_flight_state->version == batch.versions[i];
+      }
+      if (!interrupted) continue;
+      const std::vector<size_t> group = Groups(batch.keys);
+      const size_t ngroups = group.back() + 1;
+      std::vector<int> landed(ngroups, 0), size(ngroups, 0);
+      for (size_t i = 0; i < batch.keys.size(); ++i) {
+        ++size[group[i]];
+        const KeyState& now = observed[batch.keys[i]];
+        if (now && now->version == batch.versions[i]) ++landed[group[i]];
+      }
+      std::string layout;
+      for (size_t g = 0; g < ngroups; ++g) {
+        layout += " " + std::to_string(landed[g]) + "/" + std::to_string(size[g]);
+      }
+      ++batches_interrupted_;
+      bool seen_missing = false;
+      for (size_t g = 0; g < ngroups; ++g) {
+        ASSERT_TRUE(landed[g] == 0 || landed[g] == size[g])
+            << "cycle " << cycle << ": group " << g << " of an interrupted PutMany is partly "
+            << "there (items landed per group:" << layout << ")";
+        ASSERT_FALSE(seen_missing && landed[g] > 0)
+            << "cycle " << cycle << ": group " << g << " landed after an earlier group did not"
+            << " (items landed per group:" << layout << ")";
+        seen_missing = seen_missing || landed[g] == 0;
+      }
+      if (landed[0] > 0 && seen_missing) ++batches_split_;
+    }
+    batches_.clear();
   }
 
   // Reopens the pool and checks every key against the model, then makes the
   // observed state the acknowledged one for the next cycle.
   void Verify(int cycle) {
+    const std::vector<KeyModel> before = model_;
+    std::vector<KeyState> observed(test::kCrashKeys);
     std::unique_ptr<Engine> engine;
     PmemOptions o;
     o.create_if_missing = false;
@@ -135,10 +227,16 @@ class CrashTest : public ::testing::Test {
       }
       m.acked = actual;
       m.in_flight = false;
+      observed[i] = actual;
       if (actual) ++present;
     }
     EXPECT_EQ(engine->Count(), present) << "cycle " << cycle;
+    CheckInterruptedBatches(cycle, before, observed);
   }
+
+  // Runs the kill cycles (NVMW_CRASH_CYCLES, else `default_cycles`) with the writer
+  // in `mode` ("put" or "many").
+  void RunCycles(const char* mode, int default_cycles);
 
   test::TempDir dir_;
   std::string pool_;
@@ -146,18 +244,22 @@ class CrashTest : public ::testing::Test {
   uint64_t acks_ = 0;
   uint64_t kills_in_flight_ = 0;
   uint64_t in_flight_committed_ = 0;
+  std::vector<Batch> batches_;   // PutMany calls announced since the last Verify
+  uint32_t batch_left_ = 0;      // items of the last one still to come
+  uint64_t batches_interrupted_ = 0;
+  uint64_t batches_split_ = 0;   // interrupted between two of its groups
 };
 
-TEST_F(CrashTest, KilledWriterLosesNoAcknowledgedWriteAndTearsNoValue) {
+void CrashTest::RunCycles(const char* mode, int default_cycles) {
   ASSERT_FALSE(dir_.path().empty());
   pool_ = dir_.File("crash.pool");
   const std::string tool = ToolPath();
   ASSERT_EQ(access(tool.c_str(), X_OK), 0)
       << tool << " is missing: build the crash_writer_tool target";
-  const int cycles = static_cast<int>(EnvOr("NVMW_CRASH_CYCLES", 200));
+  const int cycles = static_cast<int>(EnvOr("NVMW_CRASH_CYCLES", default_cycles));
   const uint64_t seed = EnvOr("NVMW_CRASH_SEED", 1);
   std::mt19937_64 rng(seed);
-  std::printf("crash test: %d cycles, seed %llu, pool %s\n", cycles,
+  std::printf("crash test (%s): %d cycles, seed %llu, pool %s\n", mode, cycles,
               static_cast<unsigned long long>(seed), pool_.c_str());
 
   uint64_t next_version = 1;
@@ -171,7 +273,7 @@ TEST_F(CrashTest, KilledWriterLosesNoAcknowledgedWriteAndTearsNoValue) {
     if (pid == 0) {
       dup2(fds[1], 3);  // dup2 clears close-on-exec on the copy
       execl(tool.c_str(), tool.c_str(), pool_.c_str(), first.c_str(), child_seed.c_str(), "3",
-            static_cast<char*>(nullptr));
+            mode, static_cast<char*>(nullptr));
       _exit(127);
     }
     close(fds[1]);
@@ -224,6 +326,18 @@ TEST_F(CrashTest, KilledWriterLosesNoAcknowledgedWriteAndTearsNoValue) {
   // The harness must actually kill mid-operation, or it proves nothing.
   EXPECT_GT(kills_in_flight_, 0u);
   EXPECT_GT(acks_, 0u);
+}
+
+TEST_F(CrashTest, KilledWriterLosesNoAcknowledgedWriteAndTearsNoValue) { RunCycles("put", 200); }
+
+TEST_F(CrashTest, KilledPutManyLosesNoAcknowledgedItemAndLeavesGroupsWhole) {
+  RunCycles("many", 120);
+  if (HasFatalFailure()) return;
+  std::printf("crash test (many): %llu PutMany calls interrupted, %llu of them between two "
+              "groups\n",
+              static_cast<unsigned long long>(batches_interrupted_),
+              static_cast<unsigned long long>(batches_split_));
+  EXPECT_GT(batches_interrupted_, 0u);
 }
 
 }  // namespace
