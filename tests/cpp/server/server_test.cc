@@ -3,7 +3,8 @@
 // loop serves others, large values, protocol errors and the caps, AUTH, protected mode
 // (a client connecting to this host's own address on another interface), the client
 // cap, a slow reader that blocks nobody and is closed once stalled, an MGET that pauses
-// at the output cap, and the graceful Stop that finishes a command in flight.
+// at the output cap, the graceful Stop that finishes a command in flight, and the group
+// commit of the SETs one turn of the loop reads.
 #include "nvmw/server.h"
 
 #include <gtest/gtest.h>
@@ -23,6 +24,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <limits>
 #include <map>
@@ -1380,6 +1382,356 @@ TEST_F(ServerTest, ManyConnectionsMoveConcurrently) {
   for (auto& t : ts) t.join();
   EXPECT_EQ(wrong.load(), 0);
   EXPECT_EQ(server_->Stats().batch_moves, 4u);  // the four connections sending large values
+}
+
+
+// ---- group commit (ServerOptions::group_commit) ----
+
+// TestEngine that records each PutMany call's keys, and whose operations on "block"
+// and "holder" wait until Release: a GET of "block" holds the io thread, so that what
+// clients send meanwhile is read in one turn of the loop once it is released; a
+// synchronous Put of "holder" holds the only interactive permit.
+class RecordingEngine : public TestEngine {
+ public:
+  RecordingEngine() {
+    on_op = [this](std::string_view key) {
+      if (key != "block" && key != "holder") return;
+      std::unique_lock<std::mutex> lock(mu_);
+      ++held_;
+      cv_.notify_all();
+      cv_.wait(lock, [this] { return released_; });
+    };
+  }
+  void PutMany(const KeyValue* items, size_t n, Status* results) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::multiset<std::string> keys;
+      for (size_t i = 0; i < n; ++i) keys.emplace(items[i].key);
+      calls_.push_back(std::move(keys));
+    }
+    Engine::PutMany(items, n, results);
+  }
+  std::vector<std::multiset<std::string>> Calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_;
+  }
+  // Waits until n operations wait on "block" or "holder".
+  bool WaitHeld(int n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(20), [&] { return held_ >= n; });
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int held_ = 0;
+  bool released_ = false;
+  std::vector<std::multiset<std::string>> calls_;
+};
+
+class GroupCommitTest : public ServerTest {
+ protected:
+  void TearDown() override {
+    recorder_.Release();  // also when a check failed while the loop was held
+    ServerTest::TearDown();
+  }
+  // Connects a client and waits until the server has taken it in.
+  std::unique_ptr<Client> Connect() {
+    auto c = std::make_unique<Client>(port());
+    EXPECT_EQ(c->Cmd({"PING"}), "+PONG\r\n");
+    return c;
+  }
+  // A memory engine that outlives the server (freed after TearDown).
+  Engine* NewMemory() {
+    engines_.push_back(NewMemoryEngine());
+    return engines_.back().get();
+  }
+  // Holds the io thread inside x's GET of "block" (Release ends it; x gets a nil).
+  void HoldLoop(Client* x) {
+    ASSERT_TRUE(x->Send(Multibulk({"GET", "block"})));
+    ASSERT_TRUE(recorder_.WaitHeld(1));
+  }
+
+  RecordingEngine recorder_;
+  std::vector<std::unique_ptr<Engine>> engines_;
+};
+
+// SETs of several connections read in one turn are committed in one PutMany; each gets
+// its own reply: a value over max_value_bytes (refused by the middleware) and an empty
+// key (refused by the engine, inside the group) are errors, the others succeed. A GET
+// pipelined behind a grouped SET runs after the group, and sees its value.
+TEST_F(GroupCommitTest, SetsReadInOneTurnAreCommittedTogether) {
+  MiddlewareOptions mo;
+  mo.max_value_bytes = 1024;
+  StartOn(&recorder_, ServerOptions(), mo);
+  auto x = Connect();
+  auto a = Connect();
+  auto b = Connect();
+  auto c = Connect();
+  auto d = Connect();
+  auto e = Connect();
+  HoldLoop(x.get());
+  ASSERT_TRUE(a->Send(Multibulk({"SET", "a", "1"})));
+  ASSERT_TRUE(b->Send(Multibulk({"SET", "b", std::string(1025, 'v')})));
+  ASSERT_TRUE(c->Send(Multibulk({"SET", "", "3"})));
+  ASSERT_TRUE(d->Send(Multibulk({"SET", "d", "4"})));
+  ASSERT_TRUE(e->Send(Multibulk({"SET", "e", "5"}) + Multibulk({"GET", "e"}) + Multibulk({"SET", "e", "6"}) +
+                      Multibulk({"GET", "e"})));
+  recorder_.Release();
+  EXPECT_EQ(x->Reply(), "$-1\r\n");
+  EXPECT_EQ(a->Reply(), "+OK\r\n");
+  EXPECT_EQ(b->Reply(), "-ERR invalid argument: value of 1025 bytes exceeds max_value_bytes 1024\r\n");
+  EXPECT_EQ(c->Reply(), "-ERR invalid argument: empty key\r\n");
+  EXPECT_EQ(d->Reply(), "+OK\r\n");
+  EXPECT_EQ(e->Reply(), "+OK\r\n");
+  EXPECT_EQ(e->Reply(), Bulk("5"));
+  EXPECT_EQ(e->Reply(), "+OK\r\n");
+  EXPECT_EQ(e->Reply(), Bulk("6"));
+  const auto calls = recorder_.Calls();
+  ASSERT_EQ(calls.size(), 1u);  // e's second SET, alone in its group, is a plain Put
+  EXPECT_EQ(calls[0], (std::multiset<std::string>{"", "a", "d", "e"}));
+  EXPECT_EQ(x->Cmd({"MGET", "a", "b", "d", "e"}), "*4\r\n" + Bulk("1") + "$-1\r\n" + Bulk("4") + Bulk("6"));
+  EXPECT_EQ(recorder_.Count(), 3u);
+}
+
+// One write of SET k v0, GET k, SET k v1, GET k, ...: every SET waits for its group
+// and every GET behind it runs after it, so the replies come in order and each GET sees
+// the SET before it, across group boundaries (DEL and EXISTS in between too).
+TEST_F(GroupCommitTest, PipelineKeepsOrderAcrossGroups) {
+  StartOn(&recorder_);
+  Client c(port());
+  constexpr int kN = 300;
+  std::string batch;
+  for (int i = 0; i < kN; ++i) {
+    const std::string v = "v" + std::to_string(i);
+    batch += Multibulk({"SET", "k", v}) + Multibulk({"GET", "k"});
+    if (i % 10 == 0) batch += Multibulk({"DEL", "k"}) + Multibulk({"EXISTS", "k"}) + Multibulk({"GET", "k"});
+    batch += Multibulk({"SET", "other" + std::to_string(i % 7), v});
+  }
+  batch += "PING\r\n";
+  ASSERT_TRUE(c.Send(batch));
+  for (int i = 0; i < kN; ++i) {
+    const std::string v = "v" + std::to_string(i);
+    ASSERT_EQ(c.Reply(), "+OK\r\n") << i;
+    ASSERT_EQ(c.Reply(), Bulk(v)) << i;
+    if (i % 10 == 0) {
+      ASSERT_EQ(c.Reply(), ":1\r\n") << i;
+      ASSERT_EQ(c.Reply(), ":0\r\n") << i;
+      ASSERT_EQ(c.Reply(), "$-1\r\n") << i;
+    }
+    ASSERT_EQ(c.Reply(), "+OK\r\n") << i;
+  }
+  EXPECT_EQ(c.Reply(), "+PONG\r\n");
+  for (int j = 0; j < 7; ++j) {
+    const int last = kN - 1 - ((kN - 1 - j) % 7);
+    EXPECT_EQ(c.Cmd({"GET", "other" + std::to_string(j)}), Bulk("v" + std::to_string(last))) << j;
+  }
+}
+
+// Many connections SET distinct keys at once (their SETs meet in groups of varying
+// size); each reply is +OK and every key reads back, with group commit on and off, on
+// the memory engine.
+TEST_F(GroupCommitTest, ManyConnectionsSetConcurrently) {
+  for (const bool group_commit : {true, false}) {
+    SCOPED_TRACE(group_commit);
+    ServerOptions o;
+    o.group_commit = group_commit;
+    Engine* memory = NewMemory();
+    StartOn(memory, o);
+    constexpr int kClients = 16;
+    constexpr int kKeys = 100;
+    std::atomic<int> wrong{0};
+    std::vector<std::thread> ts;
+    for (int t = 0; t < kClients; ++t) {
+      ts.emplace_back([&, t] {
+        Client c(port());
+        std::string batch;
+        for (int i = 0; i < kKeys; ++i) {
+          batch += Multibulk({"SET", "k" + std::to_string(t) + "-" + std::to_string(i), std::to_string(t * i)});
+        }
+        if (!c.Send(batch)) ++wrong;
+        for (int i = 0; i < kKeys; ++i) {
+          if (c.Reply() != "+OK\r\n") ++wrong;
+        }
+      });
+    }
+    for (auto& t : ts) t.join();
+    EXPECT_EQ(wrong.load(), 0);
+    EXPECT_EQ(memory->Count(), static_cast<uint64_t>(kClients * kKeys));
+    Client r(port());
+    for (int t = 0; t < kClients; ++t) {
+      for (int i = 0; i < kKeys; ++i) {
+        ASSERT_EQ(r.Cmd({"GET", "k" + std::to_string(t) + "-" + std::to_string(i)}), Bulk(std::to_string(t * i)))
+            << t << " " << i;
+      }
+    }
+    EXPECT_TRUE(server_->Stop().ok());
+    EXPECT_TRUE(mw_->Stop().ok());
+    server_.reset();
+    mw_.reset();
+  }
+}
+
+// Without group commit each SET is made durable alone, as it is read: no PutMany.
+TEST_F(GroupCommitTest, OffRunsEachSetAlone) {
+  ServerOptions o;
+  o.group_commit = false;
+  StartOn(&recorder_, o);
+  auto x = Connect();
+  auto a = Connect();
+  auto b = Connect();
+  HoldLoop(x.get());
+  ASSERT_TRUE(a->Send(Multibulk({"SET", "a", "1"}) + Multibulk({"GET", "a"})));
+  ASSERT_TRUE(b->Send(Multibulk({"SET", "b", "2"}) + Multibulk({"GET", "b"})));
+  recorder_.Release();
+  EXPECT_EQ(x->Reply(), "$-1\r\n");
+  EXPECT_EQ(a->Reply(), "+OK\r\n");
+  EXPECT_EQ(a->Reply(), Bulk("1"));
+  EXPECT_EQ(b->Reply(), "+OK\r\n");
+  EXPECT_EQ(b->Reply(), Bulk("2"));
+  EXPECT_TRUE(recorder_.Calls().empty());
+  EXPECT_EQ(recorder_.puts(), 2u);
+}
+
+// A grouped SET that finds the interactive permit taken is queued for the workers; the
+// loop serves other connections meanwhile, and each SET is answered, and the GET behind
+// it run, once a worker ran it.
+TEST_F(GroupCommitTest, GroupWithoutAFreePermitWaitsForTheWorkers) {
+  StartOn(&recorder_);
+  auto a = Connect();
+  auto b = Connect();
+  std::thread holder([&] { ASSERT_TRUE(mw_->Put("holder", "v").ok()); });
+  ASSERT_TRUE(recorder_.WaitHeld(1));  // the only interactive permit is taken
+  ASSERT_TRUE(a->Send(Multibulk({"SET", "a", "1"}) + Multibulk({"GET", "a"})));
+  ASSERT_TRUE(b->Send(Multibulk({"SET", "b", "2"}) + Multibulk({"GET", "b"})));
+  ASSERT_TRUE(WaitUntil([&] { return mw_->QueueLength(RequestClass::kInteractive) == 2; }));
+  Client other(port());
+  EXPECT_EQ(other.Cmd({"PING"}), "+PONG\r\n");
+  recorder_.Release();
+  holder.join();
+  EXPECT_EQ(a->Reply(), "+OK\r\n");
+  EXPECT_EQ(a->Reply(), Bulk("1"));
+  EXPECT_EQ(b->Reply(), "+OK\r\n");
+  EXPECT_EQ(b->Reply(), Bulk("2"));
+  EXPECT_TRUE(recorder_.Calls().empty());  // each went to a worker, one by one
+}
+
+// Clients that close (FIN, or reset) right after sending a SET, some with more behind
+// it: the server neither crashes nor keeps their connections, and serves others.
+TEST_F(GroupCommitTest, ClientClosingRightAfterASet) {
+  StartOn(&recorder_);
+  auto x = Connect();
+  std::vector<std::unique_ptr<Client>> leaving;
+  for (int i = 0; i < 12; ++i) leaving.push_back(Connect());
+  HoldLoop(x.get());
+  for (int i = 0; i < 12; ++i) {
+    Client& c = *leaving[i];
+    std::string cmds = Multibulk({"SET", "gone" + std::to_string(i), "v"});
+    if (i % 3 == 1) cmds += Multibulk({"SET", "more" + std::to_string(i), "v"}) + Multibulk({"GET", "gone"});
+    if (i % 3 == 2) cmds += "*3\r\n$3\r\nSET\r\n";  // a command cut short
+    ASSERT_TRUE(c.Send(cmds));
+    if (i % 2 == 1) {
+      linger l{1, 0};  // close with a reset
+      ::setsockopt(c.fd(), SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    }
+  }
+  leaving.clear();  // closes them all while the loop is held
+  recorder_.Release();
+  EXPECT_EQ(x->Reply(), "$-1\r\n");
+  ASSERT_TRUE(WaitUntil([&] { return server_->Stats().connections_current == 1; }));
+  EXPECT_EQ(x->Cmd({"SET", "after", "1"}), "+OK\r\n");
+  EXPECT_EQ(x->Cmd({"GET", "after"}), Bulk("1"));
+  Client y(port());
+  EXPECT_EQ(y.Cmd({"SET", "y", "2"}), "+OK\r\n");
+  EXPECT_TRUE(server_->Stop().ok());
+  EXPECT_EQ(server_->Stats().connections_current, 0u);
+}
+
+// Group commit with the other ways of running requests: no control (the loop runs
+// everything), hand-off (workers run everything) and run_on_loop off.
+TEST_F(GroupCommitTest, OtherExecutionModes) {
+  for (int mode = 0; mode < 3; ++mode) {
+    SCOPED_TRACE(mode);
+    MiddlewareOptions mo;
+    ServerOptions o;
+    if (mode == 0) mo.control = false;
+    if (mode == 1) mo.execution = Execution::kHandOff;
+    if (mode == 2) o.run_on_loop = false;
+    Engine* memory = NewMemory();
+    StartOn(memory, o, mo);
+    std::vector<std::thread> ts;
+    std::atomic<int> wrong{0};
+    for (int t = 0; t < 4; ++t) {
+      ts.emplace_back([&, t] {
+        Client c(port());
+        std::string batch;
+        for (int i = 0; i < 50; ++i) {
+          const std::string k = "k" + std::to_string(t) + "-" + std::to_string(i);
+          batch += Multibulk({"SET", k, k}) + Multibulk({"GET", k});
+        }
+        if (!c.Send(batch)) ++wrong;
+        for (int i = 0; i < 50; ++i) {
+          const std::string k = "k" + std::to_string(t) + "-" + std::to_string(i);
+          if (c.Reply() != "+OK\r\n") ++wrong;
+          if (c.Reply() != Bulk(k)) ++wrong;
+        }
+      });
+    }
+    for (auto& t : ts) t.join();
+    EXPECT_EQ(wrong.load(), 0);
+    EXPECT_EQ(memory->Count(), 200u);
+    EXPECT_TRUE(server_->Stop().ok());
+    EXPECT_TRUE(mw_->Stop().ok());
+    server_.reset();
+    mw_.reset();
+  }
+}
+
+
+// A connection pipelining SETs of every size with reads of them: the small SETs wait in
+// groups, the large one goes to a worker (or moves to the batch loop), and the replies
+// keep the order of the commands.
+TEST_F(GroupCommitTest, PipelineMixingSmallAndLargeSets) {
+  StartOn(NewMemory());
+  Client c(port());
+  const std::string big(200 * 1024, 'b');
+  std::string batch;
+  for (int i = 0; i < 5; ++i) {
+    const std::string v = std::to_string(i);
+    batch += Multibulk({"SET", "s", v}) + Multibulk({"SET", "big", big + v}) + Multibulk({"GET", "s"}) +
+             Multibulk({"GET", "big"}) + Multibulk({"SET", "s", v + v}) + Multibulk({"GET", "s"});
+  }
+  ASSERT_TRUE(c.Send(batch));
+  for (int i = 0; i < 5; ++i) {
+    const std::string v = std::to_string(i);
+    ASSERT_EQ(c.Reply(), "+OK\r\n") << i;
+    ASSERT_EQ(c.Reply(), "+OK\r\n") << i;
+    ASSERT_EQ(c.Reply(), Bulk(v)) << i;
+    ASSERT_EQ(c.Reply(), Bulk(big + v)) << i;
+    ASSERT_EQ(c.Reply(), "+OK\r\n") << i;
+    ASSERT_EQ(c.Reply(), Bulk(v + v)) << i;
+  }
+}
+
+// After a grouped SET the connection's interest in the socket is restored: a reply
+// behind it larger than the socket takes (written as the client reads) still arrives.
+TEST_F(GroupCommitTest, ReplyLargerThanTheSocketAfterAGroupedSet) {
+  StartOn(NewMemory());
+  Client c(port());
+  const std::string big(16 << 20, 'g');
+  ASSERT_EQ(c.Cmd({"SET", "big", big}), "+OK\r\n");
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(c.Send(Multibulk({"SET", "k", std::to_string(i)}) + Multibulk({"GET", "big"}) +
+                       Multibulk({"GET", "k"})));
+    ASSERT_EQ(c.Reply(), "+OK\r\n") << i;
+    ASSERT_EQ(c.Reply(), Bulk(big)) << i;
+    ASSERT_EQ(c.Reply(), Bulk(std::to_string(i))) << i;
+  }
 }
 
 }  // namespace
