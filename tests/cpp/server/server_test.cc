@@ -23,8 +23,10 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <map>
@@ -1732,6 +1734,123 @@ TEST_F(GroupCommitTest, ReplyLargerThanTheSocketAfterAGroupedSet) {
     ASSERT_EQ(c.Reply(), Bulk(big)) << i;
     ASSERT_EQ(c.Reply(), Bulk(std::to_string(i))) << i;
   }
+}
+
+
+// The pmem engine behind a group: RecordingEngine's "block" key holds the loop, the rest
+// goes to the pool, and each PutMany's items (key, value) are recorded in order.
+class HeldPmem : public Engine {
+ public:
+  HeldPmem(Engine* pmem, RecordingEngine* holder) : pmem_(pmem), holder_(holder) {}
+  Status Get(std::string_view key, const ValueFn& fn) override {
+    return key == "block" ? holder_->Get(key, fn) : pmem_->Get(key, fn);
+  }
+  Status Put(std::string_view key, std::string_view value) override { return pmem_->Put(key, value); }
+  void PutMany(const KeyValue* items, size_t n, Status* results) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::vector<std::pair<std::string, std::string>> call;
+      for (size_t i = 0; i < n; ++i) call.emplace_back(items[i].key, items[i].value);
+      calls_.push_back(std::move(call));
+    }
+    pmem_->PutMany(items, n, results);
+  }
+  Status Remove(std::string_view key) override { return pmem_->Remove(key); }
+  Status Exists(std::string_view key) override { return pmem_->Exists(key); }
+  uint64_t Count() override { return pmem_->Count(); }
+  const char* Name() const override { return pmem_->Name(); }
+  std::vector<std::vector<std::pair<std::string, std::string>>> Calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_;
+  }
+
+ private:
+  Engine* pmem_;
+  RecordingEngine* holder_;
+  std::mutex mu_;
+  std::vector<std::vector<std::pair<std::string, std::string>>> calls_;
+};
+
+// A pool of 16 buckets on /dev/shm, removed after the test.
+class PmemGroupCommitTest : public GroupCommitTest {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/dev/shm/nvmw-server-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    ASSERT_TRUE(Open().ok());
+  }
+  Status Open() {
+    PmemOptions po;
+    po.pool_size_bytes = 32 << 20;
+    po.bucket_count = 16;  // a group of 20 keys has keys sharing a bucket
+    po.max_value_bytes = 4096;
+    po.huge_pages = false;
+    return OpenPmemEngine(dir_ + "/pool", po, &pmem_);
+  }
+  ~PmemGroupCommitTest() override {
+    pmem_.reset();
+    std::error_code ec;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+  }
+
+  std::string dir_;
+  std::unique_ptr<Engine> pmem_;
+  std::unique_ptr<HeldPmem> held_;  // outlives the server (TearDown stops it)
+};
+
+// Twenty connections' SETs read in one turn, on the pmem engine: one PutMany of twenty
+// items with keys given twice and keys sharing a bucket (the engine splits the group);
+// a value over the engine's max_value_bytes (under the middleware's and the server's
+// caps) is an error for its connection only; a key given twice ends with the value
+// later in the group, and every value is there after the pool is reopened.
+TEST_F(PmemGroupCommitTest, GroupOfAnySizeOnThePool) {
+  ASSERT_NE(pmem_, nullptr);
+  held_ = std::make_unique<HeldPmem>(pmem_.get(), &recorder_);
+  HeldPmem& held = *held_;
+  StartOn(&held);
+  auto x = Connect();
+  constexpr int kClients = 20;
+  constexpr int kKeys = 12;
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < kClients; ++i) clients.push_back(Connect());
+  HoldLoop(x.get());
+  auto value = [](int i) { return i == 5 ? std::string(5000, 'x') : "v" + std::to_string(i); };
+  for (int i = 0; i < kClients; ++i) {
+    ASSERT_TRUE(clients[i]->Send(Multibulk({"SET", "key" + std::to_string(i % kKeys), value(i)})));
+  }
+  recorder_.Release();
+  EXPECT_EQ(x->Reply(), "$-1\r\n");
+  for (int i = 0; i < kClients; ++i) {
+    const std::string reply = clients[i]->Reply();
+    if (i == 5) {
+      EXPECT_EQ(reply.rfind("-ERR invalid argument: value of 5000 bytes", 0), 0u) << reply;
+    } else {
+      EXPECT_EQ(reply, "+OK\r\n") << i;
+    }
+  }
+  const auto calls = held.Calls();
+  ASSERT_EQ(calls.size(), 1u);
+  ASSERT_EQ(calls[0].size(), static_cast<size_t>(kClients));
+  std::map<std::string, std::string> want;  // the group's order decides
+  for (const auto& [k, v] : calls[0]) {
+    if (v.size() <= 4096) want[k] = v;
+  }
+  ASSERT_EQ(want.size(), static_cast<size_t>(kKeys));
+  for (const auto& [k, v] : want) EXPECT_EQ(x->Cmd({"GET", k}), Bulk(v)) << k;
+  EXPECT_EQ(pmem_->Count(), static_cast<uint64_t>(kKeys));
+  EXPECT_TRUE(server_->Stop().ok());
+  EXPECT_TRUE(mw_->Stop().ok());
+  server_.reset();
+  mw_.reset();
+  pmem_.reset();
+  ASSERT_TRUE(Open().ok());
+  for (const auto& [k, v] : want) {
+    std::string got;
+    EXPECT_TRUE(pmem_->Get(k, &got).ok()) << k;
+    EXPECT_EQ(got, v) << k;
+  }
+  EXPECT_EQ(pmem_->Count(), static_cast<uint64_t>(kKeys));
 }
 
 }  // namespace
