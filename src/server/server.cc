@@ -359,7 +359,7 @@ void Server::Impl::Loop(IoThread* io) {
       if (ev & EPOLLIN) OnReadable(io, c);
       if (!c->closed && !c->move_to && (ev & EPOLLOUT)) OnWritable(io, c);
     }
-    CommitPuts(io);
+    EndTurn(io);
     MoveConns(io);
     const int64_t now = NowNs();
     if (io->accept_paused && now >= io->accept_resume_ns && !IsStopping()) {
@@ -399,7 +399,7 @@ void Server::Impl::Loop(IoThread* io) {
         }
       }
     }
-    CommitPuts(io);  // SETs of commands resumed after the turn's events (none, usually)
+    EndTurn(io);  // requests of commands resumed after the turn's events (none, usually)
     graveyard.clear();
   }
   io->graveyard = nullptr;
@@ -707,7 +707,7 @@ void Server::Impl::DrainMailbox(IoThread* io) {
   for (Conn* c : ready) Resume(io, c);
 }
 
-void Server::Impl::Resume(IoThread* io, Conn* c) {
+bool Server::Impl::Returned(IoThread* io, Conn* c) {
   c->in_flight = false;
   io->in_flight.fetch_sub(1, std::memory_order_relaxed);
   if (c->closed) {
@@ -718,12 +718,21 @@ void Server::Impl::Resume(IoThread* io, Conn* c) {
       *it = std::move(io->zombies.back());
       io->zombies.pop_back();
     }
-    return;
+    return false;
   }
-  Absorb(c);
+  return true;
+}
+
+void Server::Impl::Proceed(IoThread* io, Conn* c) {
   Continue(io, c);
   if (!c->pending) ProcessInput(io, c);
   if (!c->closed) Flush(io, c);
+}
+
+void Server::Impl::Resume(IoThread* io, Conn* c) {
+  if (!Returned(io, c)) return;
+  Absorb(c);
+  Proceed(io, c);
 }
 
 bool Server::Impl::ShouldMoveToBatch(const IoThread* io, const Conn* c) const {
