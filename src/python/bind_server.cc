@@ -78,7 +78,7 @@ void BindServer(nb::module_& m) {
           "protected_mode (Redis's protected-mode, default on): without a password, a client\n"
           "not on loopback gets one -DENIED line and is closed (ServerOptions::protected_mode).\n"
           "group_commit (default on): the SETs of one loop turn are made durable together\n"
-          "(ServerOptions::group_commit).")
+          "and its GETs run together, keys prefetched (ServerOptions::group_commit).")
       .def("start",
            [](PyServer& self) {
              if (self.started) ThrowIfError(Status::InvalidArgument("server already started"));
