@@ -299,6 +299,11 @@ size_t PmemEngine::PutGroup(const KeyValue* items, size_t n, size_t first, Statu
     // 1. Reserve and fill the new entry without any lock.
     Member& g = group[m];
     s = ReserveAndFill(key, value, h, &acts[m], &g.off);
+    // While the members' reservations are pending, libpmemobj may refuse one that it
+    // grants once they are published (a 16 MB pool refused after a few MB of
+    // overwrites). End the group here: the item goes first into the next one and is
+    // NoSpace only if it does not fit alone, as for a Put.
+    if (s.IsNoSpace() && m > 0) break;
     if (!s.ok()) {
       results[i] = s;
       continue;

@@ -951,7 +951,8 @@ TEST_F(PmemEngineTest, PutManyWithTwoBucketsOnOneLockStripe) {
 }
 
 // Every overwrite frees the entry it replaces: rewriting the same keys over and
-// over moves many times the pool's size through it without NoSpace.
+// over moves many times the pool's size through it without NoSpace. The values
+// differ in size from key to key (a group holds several allocation sizes at once).
 TEST_F(PmemEngineTest, PutManyOverwritesReuseTheSpaceTheyReplace) {
   PmemOptions o = SmallPmemOptions(16ull << 20);
   o.bucket_count = 64;
@@ -963,7 +964,7 @@ TEST_F(PmemEngineTest, PutManyOverwritesReuseTheSpaceTheyReplace) {
     b = Batch();
     for (int i = 0; i < kKeys; ++i) {
       std::string k = "r" + std::to_string(i);
-      b.Add(k, MakeValue(k, round, i % 4 == 0 ? 100 : 40000));
+      b.Add(k, MakeValue(k, round, i % 4 == 0 ? 100 : 40000 + 97 * i));
     }
     std::vector<Status> results = b.Run(e.get());
     for (size_t i = 0; i < b.size(); ++i) {
