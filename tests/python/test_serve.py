@@ -396,6 +396,60 @@ def test_auth():
         assert s.terminate() == 0, s.text()
 
 
+@pytest.mark.parametrize("flag", [None, "--no-group-commit"])
+def test_group_commit_on_and_off_store_every_set(shm_dir, flag, capsys):
+    """Group commit (the default: the SETs of one turn of the loop made durable together)
+    and --no-group-commit both store every SET of concurrent pipelining clients on a pmem
+    pool, and keep them across a restart; --help names the option."""
+    from nvmw.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "--help"])
+    assert e.value.code == 0
+    assert "--group-commit" in capsys.readouterr().out
+    pool = os.path.join(shm_dir, "group.pool")
+    args = ["--engine", "pmem", "--path", pool, "--pool-mb", "64"] + ([flag] if flag else [])
+    s = Served(*args)
+    errors: list = []
+
+    def client(t: int) -> None:
+        try:
+            r = s.client()
+            for round_ in range(5):
+                pipe = r.pipeline(transaction=False)
+                for n in range(100):
+                    pipe.set(f"g{t}-{n}", f"{round_}-{t}-{n}")
+                    pipe.get(f"g{t}-{n}")
+                replies = pipe.execute()
+                want = [x for n in range(100) for x in (True, f"{round_}-{t}-{n}".encode())]
+                if replies != want:
+                    errors.append((t, round_))
+            r.close()
+        except Exception as exc:  # reported by the main thread
+            errors.append((t, repr(exc)))
+
+    try:
+        threads = [threading.Thread(target=client, args=(t,)) for t in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not errors
+        r = s.client()
+        assert r.dbsize() == 800
+        r.close()
+    finally:
+        assert s.terminate() == 0, s.text()
+    again = Served("--engine", "pmem", "--path", pool, "--pool-mb", "64")
+    try:
+        r = again.client()
+        keys = [f"g{t}-{n}" for t in range(8) for n in range(100)]
+        assert r.mget(keys) == [f"4-{k[1:]}".encode() for k in keys]
+        r.close()
+    finally:
+        assert again.terminate() == 0, again.text()
+
+
 # --- the Redis tools ---------------------------------------------------------------------
 
 
