@@ -512,7 +512,8 @@ void Server::Impl::Continue(IoThread* io, Conn* c) {
       QueueValues(c, p, p.next);
       if (c->out_bytes >= options.max_output_bytes) return;
     }
-    if (p.kind == PendingCommand::Kind::kGet && options.group_commit && !c->read_now &&
+    const bool gather = options.group_commit && io->turn_events >= options.group_min_ready;
+    if (p.kind == PendingCommand::Kind::kGet && gather && !c->read_now &&
         !(mw->options().control && !options.run_on_loop)) {
       // Run with the turn's other GETs at its end (RunReads), their keys prefetched.
       io->reads.push_back(c);
@@ -558,7 +559,7 @@ void Server::Impl::Continue(IoThread* io, Conn* c) {
     const bool to_workers =
         mw->options().control &&
         (!options.run_on_loop || mw->Classify(r.op, r.value.size(), r.cls) == RequestClass::kBatch);
-    if (!to_workers && options.group_commit && p.kind == PendingCommand::Kind::kSet) {
+    if (!to_workers && gather && p.kind == PendingCommand::Kind::kSet) {
       // Made durable with the turn's other SETs at its end (CommitPuts), which resumes
       // the connection.
       io->puts.push_back(std::move(r));

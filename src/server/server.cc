@@ -43,6 +43,7 @@ constexpr size_t kReadChunk = 64 * 1024;  // bytes read per read() call
 constexpr int kReadsPerEvent = 4;         // reads per readiness event (fairness)
 constexpr int kAcceptsPerEvent = 64;
 constexpr int kMaxIov = 64;
+constexpr int kMaxEvents = 256;  // ready descriptors taken per epoll_wait
 constexpr size_t kPieceBytes = 16 * 1024;  // small replies share a piece up to this size
 constexpr int kLoopTickMs = 100;            // stall checks and Stop progress
 constexpr int64_t kLingerNs = 2000000000;   // Linger: how long a closing client may keep sending
@@ -174,6 +175,10 @@ Status Server::Impl::StartLocked(Middleware* m, Engine* e, const ServerOptions& 
   if (o.batch_io_threads < 0 || o.batch_io_threads > 64) {
     return Status::InvalidArgument("batch_io_threads must be in [0, 64], got " +
                                    std::to_string(o.batch_io_threads));
+  }
+  if (o.group_min_ready < 1 || o.group_min_ready > kMaxEvents) {
+    return Status::InvalidArgument("group_min_ready must be in [1, " + std::to_string(kMaxEvents) +
+                                   "], got " + std::to_string(o.group_min_ready));
   }
   if (!(o.output_stall_timeout_s > 0) || !(o.stop_timeout_s >= 0)) {
     return Status::InvalidArgument("output_stall_timeout_s must be > 0 and stop_timeout_s >= 0");
@@ -326,7 +331,7 @@ void Server::Impl::Loop(IoThread* io) {
     sched_param sp{};
     (void)::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &sp);
   }
-  epoll_event events[256];
+  epoll_event events[kMaxEvents];
   bool listening = !io->batch;
   int64_t stop_deadline_ns = 0;
   bool draining = false;
@@ -334,8 +339,10 @@ void Server::Impl::Loop(IoThread* io) {
   std::vector<std::unique_ptr<Conn>> graveyard;
   io->graveyard = &graveyard;
   for (;;) {
-    const int n = ::epoll_wait(io->epfd, events, 256, kLoopTickMs);
+    const int n = ::epoll_wait(io->epfd, events, kMaxEvents, kLoopTickMs);
+    io->turn_events = n;
     for (int i = 0; i < std::max(n, 0); ++i) {
+      if (io->puts.size() >= kGroupRunAt || io->reads.size() >= kGroupRunAt) EndTurn(io);
       void* tag = events[i].data.ptr;
       const uint32_t ev = events[i].events;
       if (tag == &g_listen_tag) {

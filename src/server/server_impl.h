@@ -25,6 +25,11 @@ struct IoThread;
 // The io thread running on this thread (null elsewhere, e.g. on middleware workers).
 extern thread_local IoThread* t_current_io;
 
+// Group commit (ServerOptions::group_commit): a gathered group is run as soon as it has
+// kGroupRunAt requests, mid-turn, so that the first replies of a long turn do not wait
+// for its last reads.
+inline constexpr size_t kGroupRunAt = 8;
+
 // One reply piece waiting to be written. Small replies share a piece (`sealed` false:
 // more may be appended); a value read from the engine travels as its own piece, moved,
 // never copied into a buffer, and is written with writev.
@@ -159,6 +164,7 @@ struct IoThread {
   // after one pass that prefetches their keys; and the list being run.
   std::vector<Conn*> reads;
   std::vector<Conn*> reading;
+  int turn_events = 0;  // what this turn's epoll_wait returned
   std::vector<Request> committing;
   std::vector<Conn*> committing_conns;
   std::vector<Completion> committing_done;
