@@ -1579,6 +1579,36 @@ TEST_F(GroupCommitTest, ManyConnectionsSetConcurrently) {
   }
 }
 
+// GETs of several connections read in one turn (run at its end, keys prefetched) each
+// get their own key's value: a present key, a missing one, an empty key (nil), a key
+// set by a SET of the same turn (its connection's, pipelined, in order), and a GET
+// behind a grouped SET.
+TEST_F(GroupCommitTest, GetsReadInOneTurnEachGetTheirOwnValue) {
+  StartOn(&recorder_);
+  auto x = Connect();
+  std::vector<std::unique_ptr<Client>> c;
+  for (int i = 0; i < 5; ++i) c.push_back(Connect());
+  ASSERT_EQ(x->Cmd({"SET", "present", "here"}), "+OK\r\n");
+  ASSERT_EQ(x->Cmd({"SET", "s", "old"}), "+OK\r\n");
+  HoldLoop(x.get());
+  ASSERT_TRUE(c[0]->Send(Multibulk({"GET", "present"})));
+  ASSERT_TRUE(c[1]->Send(Multibulk({"GET", "missing"})));
+  ASSERT_TRUE(c[2]->Send(Multibulk({"GET", ""})));
+  ASSERT_TRUE(c[3]->Send(Multibulk({"GET", "s"}) + Multibulk({"SET", "s", "new"}) + Multibulk({"GET", "s"})));
+  ASSERT_TRUE(c[4]->Send(Multibulk({"SET", "t", "1"}) + Multibulk({"GET", "t"}) + Multibulk({"GET", "present"})));
+  recorder_.Release();
+  EXPECT_EQ(x->Reply(), "$-1\r\n");
+  EXPECT_EQ(c[0]->Reply(), Bulk("here"));
+  EXPECT_EQ(c[1]->Reply(), "$-1\r\n");
+  EXPECT_EQ(c[2]->Reply(), "$-1\r\n");
+  EXPECT_EQ(c[3]->Reply(), Bulk("old"));
+  EXPECT_EQ(c[3]->Reply(), "+OK\r\n");
+  EXPECT_EQ(c[3]->Reply(), Bulk("new"));
+  EXPECT_EQ(c[4]->Reply(), "+OK\r\n");
+  EXPECT_EQ(c[4]->Reply(), Bulk("1"));
+  EXPECT_EQ(c[4]->Reply(), Bulk("here"));
+}
+
 // Without group commit each SET is made durable alone, as it is read: no PutMany.
 TEST_F(GroupCommitTest, OffRunsEachSetAlone) {
   ServerOptions o;
