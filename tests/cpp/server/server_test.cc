@@ -1448,6 +1448,13 @@ class GroupCommitTest : public ServerTest {
     EXPECT_EQ(c->Cmd({"PING"}), "+PONG\r\n");
     return c;
   }
+  // Group commit gathering in every turn, however few descriptors it began with (the
+  // default gathers only in busy turns).
+  static ServerOptions Gathering() {
+    ServerOptions o;
+    o.group_min_ready = 1;
+    return o;
+  }
   // A memory engine that outlives the server (freed after TearDown).
   Engine* NewMemory() {
     engines_.push_back(NewMemoryEngine());
@@ -1470,7 +1477,7 @@ class GroupCommitTest : public ServerTest {
 TEST_F(GroupCommitTest, SetsReadInOneTurnAreCommittedTogether) {
   MiddlewareOptions mo;
   mo.max_value_bytes = 1024;
-  StartOn(&recorder_, ServerOptions(), mo);
+  StartOn(&recorder_, Gathering(), mo);
   auto x = Connect();
   auto a = Connect();
   auto b = Connect();
@@ -1505,7 +1512,7 @@ TEST_F(GroupCommitTest, SetsReadInOneTurnAreCommittedTogether) {
 // and every GET behind it runs after it, so the replies come in order and each GET sees
 // the SET before it, across group boundaries (DEL and EXISTS in between too).
 TEST_F(GroupCommitTest, PipelineKeepsOrderAcrossGroups) {
-  StartOn(&recorder_);
+  StartOn(&recorder_, Gathering());
   Client c(port());
   constexpr int kN = 300;
   std::string batch;
@@ -1536,13 +1543,14 @@ TEST_F(GroupCommitTest, PipelineKeepsOrderAcrossGroups) {
 }
 
 // Many connections SET distinct keys at once (their SETs meet in groups of varying
-// size); each reply is +OK and every key reads back, with group commit on and off, on
-// the memory engine.
+// size); each reply is +OK and every key reads back, with group commit by default, in
+// every turn, and off, on the memory engine.
 TEST_F(GroupCommitTest, ManyConnectionsSetConcurrently) {
-  for (const bool group_commit : {true, false}) {
-    SCOPED_TRACE(group_commit);
-    ServerOptions o;
-    o.group_commit = group_commit;
+  for (const int config : {0, 1, 2}) {
+    SCOPED_TRACE(config);
+    ServerOptions o;  // 0: the defaults
+    if (config == 1) o.group_min_ready = 1;
+    if (config == 2) o.group_commit = false;
     Engine* memory = NewMemory();
     StartOn(memory, o);
     constexpr int kClients = 16;
@@ -1584,7 +1592,7 @@ TEST_F(GroupCommitTest, ManyConnectionsSetConcurrently) {
 // set by a SET of the same turn (its connection's, pipelined, in order), and a GET
 // behind a grouped SET.
 TEST_F(GroupCommitTest, GetsReadInOneTurnEachGetTheirOwnValue) {
-  StartOn(&recorder_);
+  StartOn(&recorder_, Gathering());
   auto x = Connect();
   std::vector<std::unique_ptr<Client>> c;
   for (int i = 0; i < 5; ++i) c.push_back(Connect());
@@ -1609,9 +1617,47 @@ TEST_F(GroupCommitTest, GetsReadInOneTurnEachGetTheirOwnValue) {
   EXPECT_EQ(c[4]->Reply(), Bulk("here"));
 }
 
+// By default a turn gathers only when it began with group_min_ready (8) ready
+// descriptors: three SETs in a turn run each alone; eight are committed together.
+// group_min_ready outside [1, 256] is refused.
+TEST_F(GroupCommitTest, GathersOnlyInABusyTurn) {
+  for (const int bad : {0, 257}) {
+    ServerOptions o;
+    o.group_min_ready = bad;
+    StartOn(&recorder_);
+    Server other;
+    EXPECT_TRUE(other.Start(mw_.get(), &recorder_, o).IsInvalidArgument()) << bad;
+    EXPECT_TRUE(server_->Stop().ok());
+    EXPECT_TRUE(mw_->Stop().ok());
+    server_.reset();
+    mw_.reset();
+  }
+  StartOn(&recorder_);
+  auto x = Connect();
+  std::vector<std::unique_ptr<Client>> c;
+  for (int i = 0; i < 8; ++i) c.push_back(Connect());
+  HoldLoop(x.get());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(c[i]->Send(Multibulk({"SET", "few" + std::to_string(i), "v"})));
+  recorder_.Release();
+  EXPECT_EQ(x->Reply(), "$-1\r\n");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(c[i]->Reply(), "+OK\r\n") << i;
+  EXPECT_TRUE(recorder_.Calls().empty());
+  // The loop is free again: hold it with a key that is not held (the gate instead).
+  recorder_.CloseGate();
+  ASSERT_TRUE(x->Send(Multibulk({"GET", "gated"})));
+  ASSERT_TRUE(recorder_.WaitInflight(1));
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(c[i]->Send(Multibulk({"SET", "many" + std::to_string(i), "v"})));
+  recorder_.OpenGate();
+  EXPECT_EQ(x->Reply(), "$-1\r\n");
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(c[i]->Reply(), "+OK\r\n") << i;
+  const auto calls = recorder_.Calls();
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].size(), 8u);
+}
+
 // Without group commit each SET is made durable alone, as it is read: no PutMany.
 TEST_F(GroupCommitTest, OffRunsEachSetAlone) {
-  ServerOptions o;
+  ServerOptions o = Gathering();
   o.group_commit = false;
   StartOn(&recorder_, o);
   auto x = Connect();
@@ -1634,7 +1680,7 @@ TEST_F(GroupCommitTest, OffRunsEachSetAlone) {
 // loop serves other connections meanwhile, and each SET is answered, and the GET behind
 // it run, once a worker ran it.
 TEST_F(GroupCommitTest, GroupWithoutAFreePermitWaitsForTheWorkers) {
-  StartOn(&recorder_);
+  StartOn(&recorder_, Gathering());
   auto a = Connect();
   auto b = Connect();
   std::thread holder([&] { ASSERT_TRUE(mw_->Put("holder", "v").ok()); });
@@ -1656,7 +1702,7 @@ TEST_F(GroupCommitTest, GroupWithoutAFreePermitWaitsForTheWorkers) {
 // Clients that close (FIN, or reset) right after sending a SET, some with more behind
 // it: the server neither crashes nor keeps their connections, and serves others.
 TEST_F(GroupCommitTest, ClientClosingRightAfterASet) {
-  StartOn(&recorder_);
+  StartOn(&recorder_, Gathering());
   auto x = Connect();
   std::vector<std::unique_ptr<Client>> leaving;
   for (int i = 0; i < 12; ++i) leaving.push_back(Connect());
@@ -1690,7 +1736,7 @@ TEST_F(GroupCommitTest, OtherExecutionModes) {
   for (int mode = 0; mode < 3; ++mode) {
     SCOPED_TRACE(mode);
     MiddlewareOptions mo;
-    ServerOptions o;
+    ServerOptions o = Gathering();
     if (mode == 0) mo.control = false;
     if (mode == 1) mo.execution = Execution::kHandOff;
     if (mode == 2) o.run_on_loop = false;
@@ -1729,7 +1775,7 @@ TEST_F(GroupCommitTest, OtherExecutionModes) {
 // groups, the large one goes to a worker (or moves to the batch loop), and the replies
 // keep the order of the commands.
 TEST_F(GroupCommitTest, PipelineMixingSmallAndLargeSets) {
-  StartOn(NewMemory());
+  StartOn(NewMemory(), Gathering());
   Client c(port());
   const std::string big(200 * 1024, 'b');
   std::string batch;
@@ -1753,7 +1799,7 @@ TEST_F(GroupCommitTest, PipelineMixingSmallAndLargeSets) {
 // After a grouped SET the connection's interest in the socket is restored: a reply
 // behind it larger than the socket takes (written as the client reads) still arrives.
 TEST_F(GroupCommitTest, ReplyLargerThanTheSocketAfterAGroupedSet) {
-  StartOn(NewMemory());
+  StartOn(NewMemory(), Gathering());
   Client c(port());
   const std::string big(16 << 20, 'g');
   ASSERT_EQ(c.Cmd({"SET", "big", big}), "+OK\r\n");
@@ -1829,8 +1875,8 @@ class PmemGroupCommitTest : public GroupCommitTest {
   std::unique_ptr<HeldPmem> held_;  // outlives the server (TearDown stops it)
 };
 
-// Twenty connections' SETs read in one turn, on the pmem engine: one PutMany of twenty
-// items with keys given twice and keys sharing a bucket (the engine splits the group);
+// Twenty connections' SETs read in one turn, on the pmem engine: PutMany calls of up to
+// eight items with keys given twice and keys sharing a bucket (the engine splits them);
 // a value over the engine's max_value_bytes (under the middleware's and the server's
 // caps) is an error for its connection only; a key given twice ends with the value
 // later in the group, and every value is there after the pool is reopened.
@@ -1838,7 +1884,7 @@ TEST_F(PmemGroupCommitTest, GroupOfAnySizeOnThePool) {
   ASSERT_NE(pmem_, nullptr);
   held_ = std::make_unique<HeldPmem>(pmem_.get(), &recorder_);
   HeldPmem& held = *held_;
-  StartOn(&held);
+  StartOn(&held, Gathering());
   auto x = Connect();
   constexpr int kClients = 20;
   constexpr int kKeys = 12;
@@ -1859,13 +1905,21 @@ TEST_F(PmemGroupCommitTest, GroupOfAnySizeOnThePool) {
       EXPECT_EQ(reply, "+OK\r\n") << i;
     }
   }
+  // Committed in groups (a gathered group runs once it has 8), one after the other.
   const auto calls = held.Calls();
-  ASSERT_EQ(calls.size(), 1u);
-  ASSERT_EQ(calls[0].size(), static_cast<size_t>(kClients));
-  std::map<std::string, std::string> want;  // the group's order decides
-  for (const auto& [k, v] : calls[0]) {
-    if (v.size() <= 4096) want[k] = v;
+  ASSERT_GE(calls.size(), 1u);
+  size_t items = 0;
+  size_t largest = 0;
+  std::map<std::string, std::string> want;  // the order of the groups and in them decides
+  for (const auto& call : calls) {
+    items += call.size();
+    largest = std::max(largest, call.size());
+    for (const auto& [k, v] : call) {
+      if (v.size() <= 4096) want[k] = v;
+    }
   }
+  EXPECT_EQ(items, static_cast<size_t>(kClients));
+  EXPECT_GE(largest, 8u);
   ASSERT_EQ(want.size(), static_cast<size_t>(kKeys));
   for (const auto& [k, v] : want) EXPECT_EQ(x->Cmd({"GET", k}), Bulk(v)) << k;
   EXPECT_EQ(pmem_->Count(), static_cast<uint64_t>(kKeys));
