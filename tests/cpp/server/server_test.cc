@@ -1655,6 +1655,55 @@ TEST_F(GroupCommitTest, GathersOnlyInABusyTurn) {
   EXPECT_EQ(calls[0].size(), 8u);
 }
 
+// With an output cap of one byte every reply pauses its connection until it is written:
+// a pipeline of grouped SETs and GETs, sent while the client reads, still all runs, in
+// order.
+TEST_F(GroupCommitTest, TinyOutputCapStillServesAGroupedPipeline) {
+  ServerOptions o = Gathering();
+  o.max_output_bytes = 1;
+  StartOn(NewMemory(), o);
+  Client c(port());
+  constexpr int kN = 5000;
+  std::string batch;
+  for (int i = 0; i < kN; ++i) {
+    batch += Multibulk({"SET", "k" + std::to_string(i % 10), std::to_string(i)}) +
+             Multibulk({"GET", "k" + std::to_string(i % 10)});
+  }
+  std::thread sender([&] { c.Send(batch); });
+  for (int i = 0; i < kN; ++i) {
+    ASSERT_EQ(c.Reply(), "+OK\r\n") << i;
+    ASSERT_EQ(c.Reply(), Bulk(std::to_string(i))) << i;
+  }
+  sender.join();
+  EXPECT_EQ(server_->Stats().output_buffer_closes, 0u);
+}
+
+// Stop finishes the grouped SETs waiting for a worker (the permit was taken), and the
+// commands read behind them, before it closes their connections.
+TEST_F(GroupCommitTest, StopFinishesGroupedSetsWaitingForAWorker) {
+  StartOn(&recorder_, Gathering());
+  auto a = Connect();
+  auto b = Connect();
+  std::thread holder([&] { ASSERT_TRUE(mw_->Put("holder", "v").ok()); });
+  ASSERT_TRUE(recorder_.WaitHeld(1));  // the only interactive permit is taken
+  ASSERT_TRUE(a->Send(Multibulk({"SET", "a", "1"}) + Multibulk({"SET", "a2", "2"})));
+  ASSERT_TRUE(b->Send(Multibulk({"SET", "b", "3"}) + Multibulk({"GET", "b"})));
+  ASSERT_TRUE(WaitUntil([&] { return mw_->QueueLength(RequestClass::kInteractive) == 2; }));
+  std::thread stopper([&] { EXPECT_TRUE(server_->Stop().ok()); });
+  ASSERT_TRUE(WaitUntil([&] { return !Client(port()).connected(); }));  // no longer listening
+  recorder_.Release();
+  holder.join();
+  EXPECT_EQ(a->Reply(), "+OK\r\n");
+  EXPECT_EQ(a->Reply(), "+OK\r\n");
+  EXPECT_EQ(b->Reply(), "+OK\r\n");
+  EXPECT_EQ(b->Reply(), Bulk("3"));
+  EXPECT_TRUE(a->ClosedByServer());
+  EXPECT_TRUE(b->ClosedByServer());
+  stopper.join();
+  EXPECT_TRUE(recorder_.Exists("a2").ok());
+  EXPECT_EQ(server_->Stats().connections_current, 0u);
+}
+
 // Without group commit each SET is made durable alone, as it is read: no PutMany.
 TEST_F(GroupCommitTest, OffRunsEachSetAlone) {
   ServerOptions o = Gathering();
