@@ -164,9 +164,10 @@ class Middleware {
   Status SubmitOrRun(Request request, Completion done);
 
   // SubmitOrRun for several Puts at once, for an event loop that gathers the writes of
-  // one turn (the Redis-protocol server). Caller-runs or no control, when the class of
-  // the first valid request has a free permit: the requests of that class run on the
-  // calling thread under that one permit, through Engine::PutMany (on the pmem engine
+  // one turn (the Redis-protocol server). Caller-runs or no control, when at least two
+  // valid requests share the class of the first valid one and that class has a free
+  // permit: the requests of that class run on the calling thread under that one permit,
+  // through Engine::PutMany (on the pmem engine
   // one drain and one redo-logged publish per group of keys rather than per key), and
   // their done[i] run inline, in order, before this returns. Each Put counts as one
   // request in the window statistics, with the group's time as its latency. Requests
