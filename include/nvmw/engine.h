@@ -61,11 +61,6 @@ class Engine {
     for (size_t i = 0; i < n; ++i) results[i] = Put(items[i].key, items[i].value);
   }
 
-  // A hint that `key` will be looked up soon: starts loading what the lookup touches
-  // first, so that a caller about to look up several keys overlaps their cache misses.
-  // Changes nothing and returns nothing; the default does nothing.
-  virtual void Prefetch(std::string_view key) { (void)key; }
-
   // Removes `key`: OK if it existed, NotFound otherwise.
   virtual Status Remove(std::string_view key) = 0;
 

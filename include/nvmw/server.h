@@ -90,9 +90,7 @@ struct ServerOptions {
   // engine one drain and one redo-logged publish per group of up to kPutGroupMax keys
   // instead of one per key), and each is answered once its group is durable. A SET's
   // reply then waits for the others read in the same turn (Redis too writes a turn's
-  // replies at its end). The turn's single-key GETs wait for its end too, where one
-  // pass prefetches all their keys (Engine::Prefetch) before they run, so that their
-  // cache misses overlap. false: each SET and GET runs as it is read.
+  // replies at its end). false: each SET is made durable alone, as it is read.
   bool group_commit = true;
   // Group commit gathers only in a turn that began with at least this many ready
   // descriptors (1..256, what one epoll_wait takes): with fewer the loop is not busy, and holding replies to the

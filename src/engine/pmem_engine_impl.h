@@ -130,15 +130,6 @@ class PmemEngine final : public Engine {
     return WithServable(key, [](const Entry*) {});
   }
 
-  void Prefetch(std::string_view key) override {
-    if (key.empty() || key.size() > options_.max_key_bytes) return;
-    const uint64_t* slot = &buckets_[HashKey(key) & bucket_mask_];
-    __builtin_prefetch(slot);
-    // Read without the lock, only to prefetch: a stale offset costs nothing but the load.
-    const uint64_t first = __atomic_load_n(slot, __ATOMIC_RELAXED);
-    if (first != 0) __builtin_prefetch(base_ + first);
-  }
-
   Status Put(std::string_view key, std::string_view value) override;
   void PutMany(const KeyValue* items, size_t n, Status* results) override;
   Status Remove(std::string_view key) override;

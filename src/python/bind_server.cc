@@ -79,9 +79,9 @@ void BindServer(nb::module_& m) {
           "(ServerOptions::batch_io_threads); batch_io_idle runs them under SCHED_IDLE.\n"
           "protected_mode (Redis's protected-mode, default on): without a password, a client\n"
           "not on loopback gets one -DENIED line and is closed (ServerOptions::protected_mode).\n"
-          "group_commit (default on): the SETs of one loop turn are made durable together\n"
-          "and its GETs run together, keys prefetched, in a turn that began with at least\n"
-          "group_min_ready ready connections (ServerOptions::group_commit, group_min_ready).")
+          "group_commit (default on): the SETs of one loop turn that began with at least\n"
+          "group_min_ready ready connections are made durable together\n"
+          "(ServerOptions::group_commit, group_min_ready).")
       .def("start",
            [](PyServer& self) {
              if (self.started) ThrowIfError(Status::InvalidArgument("server already started"));

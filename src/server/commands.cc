@@ -512,17 +512,7 @@ void Server::Impl::Continue(IoThread* io, Conn* c) {
       QueueValues(c, p, p.next);
       if (c->out_bytes >= options.max_output_bytes) return;
     }
-    const bool gather = options.group_commit && io->turn_events >= options.group_min_ready;
-    if (p.kind == PendingCommand::Kind::kGet && gather && !c->read_now &&
-        !(mw->options().control && !options.run_on_loop)) {
-      // Run with the turn's other GETs at its end (RunReads), their keys prefetched.
-      io->reads.push_back(c);
-      c->in_group = true;
-      c->in_flight = true;
-      io->in_flight.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-    c->read_now = false;
+    const bool gather = Gathering(io);
     Request r;
     r.cls = c->cls;
     switch (p.kind) {
@@ -601,32 +591,7 @@ Completion Server::Impl::CompletionFor(Conn* c) {
 }
 
 void Server::Impl::EndTurn(IoThread* io) {
-  while (!io->reads.empty() || !io->puts.empty()) {
-    RunReads(io);
-    CommitPuts(io);
-  }
-}
-
-void Server::Impl::RunReads(IoThread* io) {
-  if (io->reads.empty()) return;
-  // The connections resumed below may add GETs to io->reads: run these from a list of
-  // their own.
-  std::vector<Conn*>& reading = io->reading;
-  reading.swap(io->reads);
-  // One pass starts loading every key's first cache lines, so that the lookups' misses
-  // overlap rather than follow one another.
-  if (engine != nullptr) {
-    for (Conn* c : reading) {
-      if (!c->closed) engine->Prefetch(c->pending->args[1]);
-    }
-  }
-  for (Conn* c : reading) {
-    c->in_group = false;
-    if (!Returned(io, c)) continue;
-    c->read_now = true;
-    Proceed(io, c);
-  }
-  reading.clear();
+  while (!io->puts.empty()) CommitPuts(io);
 }
 
 void Server::Impl::CommitPuts(IoThread* io) {

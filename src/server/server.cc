@@ -342,7 +342,7 @@ void Server::Impl::Loop(IoThread* io) {
     const int n = ::epoll_wait(io->epfd, events, kMaxEvents, kLoopTickMs);
     io->turn_events = n;
     for (int i = 0; i < std::max(n, 0); ++i) {
-      if (io->puts.size() >= kGroupRunAt || io->reads.size() >= kGroupRunAt) EndTurn(io);
+      if (io->puts.size() >= kGroupRunAt) EndTurn(io);
       void* tag = events[i].data.ptr;
       const uint32_t ev = events[i].events;
       if (tag == &g_listen_tag) {
@@ -714,7 +714,7 @@ void Server::Impl::DrainMailbox(IoThread* io) {
   for (Conn* c : ready) Resume(io, c);
 }
 
-bool Server::Impl::Returned(IoThread* io, Conn* c) {
+void Server::Impl::Resume(IoThread* io, Conn* c) {
   c->in_flight = false;
   io->in_flight.fetch_sub(1, std::memory_order_relaxed);
   if (c->closed) {
@@ -725,21 +725,12 @@ bool Server::Impl::Returned(IoThread* io, Conn* c) {
       *it = std::move(io->zombies.back());
       io->zombies.pop_back();
     }
-    return false;
+    return;
   }
-  return true;
-}
-
-void Server::Impl::Proceed(IoThread* io, Conn* c) {
+  Absorb(c);
   Continue(io, c);
   if (!c->pending) ProcessInput(io, c);
   if (!c->closed) Flush(io, c);
-}
-
-void Server::Impl::Resume(IoThread* io, Conn* c) {
-  if (!Returned(io, c)) return;
-  Absorb(c);
-  Proceed(io, c);
 }
 
 bool Server::Impl::ShouldMoveToBatch(const IoThread* io, const Conn* c) const {

@@ -123,10 +123,8 @@ struct Conn {
   Status result_status;
   std::string result_value;
   bool result_inline = false;  // the completion ran on this loop, inside SubmitOrRun
-  // Its SET waits in the loop's group commit (IoThread::puts), or its GET among the
-  // turn's reads (IoThread::reads); both run at the end of the turn.
+  // Its SET waits in the loop's group commit (IoThread::puts), run at the end of the turn.
   bool in_group = false;
-  bool read_now = false;  // its GET's turn has come: Continue runs it instead of deferring
   // Set while the connection waits, between two commands, to be moved to this loop (a
   // batch loop, or back); no command runs and nothing is read meanwhile.
   IoThread* move_to = nullptr;
@@ -160,10 +158,6 @@ struct IoThread {
   // connections, and the buffers of the group being committed (kept for their capacity).
   std::vector<Request> puts;
   std::vector<Conn*> put_conns;
-  // The single-key GETs read this turn (ServerOptions::group_commit), run at its end
-  // after one pass that prefetches their keys; and the list being run.
-  std::vector<Conn*> reads;
-  std::vector<Conn*> reading;
   int turn_events = 0;  // what this turn's epoll_wait returned
   std::vector<Request> committing;
   std::vector<Conn*> committing_conns;
@@ -229,17 +223,16 @@ struct Server::Impl {
   // A connection's sub-request came back (its result is in the connection): take it in
   // and go on with the command and the input behind it.
   void Resume(IoThread* io, Conn* c);
-  // The part of Resume before the result is taken in: false when the connection is
-  // closed (then freed once nothing else refers to it).
-  bool Returned(IoThread* io, Conn* c);
-  // Goes on with a connection's command and then the input behind it, and writes.
-  void Proceed(IoThread* io, Conn* c);
-  // The end of a loop turn (ServerOptions::group_commit): the GETs gathered this turn,
-  // their keys prefetched first, and the SETs, made durable together; then those that
-  // the commands behind them add, until none is left.
+  // Whether this turn of the loop gathers (ServerOptions::group_commit, group_min_ready).
+  bool Gathering(const IoThread* io) const {
+    return options.group_commit && io->turn_events >= options.group_min_ready;
+  }
+  // The end of a loop turn (ServerOptions::group_commit): the SETs gathered this turn,
+  // made durable together, then those that the commands behind them add, until none is
+  // left.
   void EndTurn(IoThread* io);
+  // Commits the SETs gathered so far as one group and resumes their connections.
   void CommitPuts(IoThread* io);
-  void RunReads(IoThread* io);
   // The completion of a connection's sub-request (Continue, CommitPuts).
   static Completion CompletionFor(Conn* c);
   void CheckStalls(IoThread* io, int64_t now_ns);

@@ -96,8 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--group-commit", action=argparse.BooleanOptionalAction, default=None,
                    help="make the small SETs read in one turn of the network loop durable together, one "
                    "publish per group of up to 8 keys, each answered once its group is durable (default: "
-                   "on; the turn's GETs run at its end too, their keys prefetched together; --no-group-commit runs "
-                   "each SET and GET as it is read)")
+                   "on; --no-group-commit makes each SET durable alone)")
     p.add_argument("--log-windows", action="store_true",
                    help="print one line per monitor window (threads, ops/s, interactive p99, queues, SLA)")
     p.set_defaults(func=run)

@@ -115,9 +115,8 @@ class Service:
         they run under SCHED_IDLE (None: the server's defaults; docs/server.md).
     protected_mode: without a password, answer clients that are not on loopback with
         one -DENIED line and close them, as Redis does (None: the server's default, on).
-    group_commit: make the small SETs read in one turn of the server's loop durable
-        together, one publish per group, and run the turn's GETs together with their keys
-        prefetched (None: the server's default, on; docs/server.md).
+    group_commit: make the small SETs read in one busy turn of the server's loop durable
+        together, one publish per group (None: the server's default, on; docs/server.md).
     batch_nice: CPU niceness (0..19) the middleware's batch workers add to the server's
         own (`nvmw.Middleware`'s `batch_nice`). 19 by default: the interactive requests
         run on the network loop at the server's priority, and when the cores are short

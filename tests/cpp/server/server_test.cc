@@ -1587,8 +1587,8 @@ TEST_F(GroupCommitTest, ManyConnectionsSetConcurrently) {
   }
 }
 
-// GETs of several connections read in one turn (run at its end, keys prefetched) each
-// get their own key's value: a present key, a missing one, an empty key (nil), a key
+// GETs of several connections read in one busy turn, among grouped SETs, each get their
+// own key's value: a present key, a missing one, an empty key (nil), a key
 // set by a SET of the same turn (its connection's, pipelined, in order), and a GET
 // behind a grouped SET.
 TEST_F(GroupCommitTest, GetsReadInOneTurnEachGetTheirOwnValue) {
