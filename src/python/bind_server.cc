@@ -123,11 +123,15 @@ void BindServer(nb::module_& m) {
              out["output_buffer_closes"] = st.output_buffer_closes;
              out["output_peak_bytes"] = st.output_peak_bytes;
              out["batch_moves"] = st.batch_moves;
+             out["group_commits"] = st.group_commits;
+             out["grouped_sets"] = st.grouped_sets;
              return out;
            },
            "Counters since start(): connections_current, connections_total,\n"
            "rejected_connections, commands, protocol_errors, auth_failures, output_buffer_closes,\n"
-           "batch_moves; output_peak_bytes, the most reply bytes one connection has held at once.");
+           "batch_moves; group_commits and grouped_sets, the groups of two or more SETs handed\n"
+           "over together and the SETs in them; output_peak_bytes, the most reply bytes one\n"
+           "connection has held at once.");
 }
 
 }  // namespace nvmw::py

@@ -613,6 +613,10 @@ void Server::Impl::CommitPuts(IoThread* io) {
       done.push_back(CompletionFor(c));
     }
     mw->SubmitOrRunPuts(reqs.data(), done.data(), n, accepted.data());
+    if (n > 1) {
+      group_commits.fetch_add(1, std::memory_order_relaxed);
+      grouped_sets.fetch_add(n, std::memory_order_relaxed);
+    }
     for (size_t k = 0; k < n; ++k) {
       Conn* c = conns[k];
       if (!accepted[k].ok()) {
@@ -911,7 +915,9 @@ std::string Server::Impl::StatsJson() {
          ",\"auth_failures\":" + std::to_string(auth_failures.load()) +
          ",\"output_buffer_closes\":" + std::to_string(output_buffer_closes.load()) +
          ",\"output_peak_bytes\":" + std::to_string(output_peak_bytes.load()) +
-         ",\"batch_moves\":" + std::to_string(batch_moves.load()) + "}}";
+         ",\"batch_moves\":" + std::to_string(batch_moves.load()) +
+         ",\"group_commits\":" + std::to_string(group_commits.load()) +
+         ",\"grouped_sets\":" + std::to_string(grouped_sets.load()) + "}}";
   return out;
 }
 

@@ -870,6 +870,8 @@ ServerStats Server::Stats() const {
   s.output_buffer_closes = impl_->output_buffer_closes.load(std::memory_order_relaxed);
   s.output_peak_bytes = impl_->output_peak_bytes.load(std::memory_order_relaxed);
   s.batch_moves = impl_->batch_moves.load(std::memory_order_relaxed);
+  s.group_commits = impl_->group_commits.load(std::memory_order_relaxed);
+  s.grouped_sets = impl_->grouped_sets.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -194,6 +194,8 @@ struct Server::Impl {
   std::atomic<uint64_t> output_buffer_closes{0};
   std::atomic<uint64_t> output_peak_bytes{0};  // most reply bytes one connection held at once
   std::atomic<uint64_t> batch_moves{0};
+  std::atomic<uint64_t> group_commits{0};
+  std::atomic<uint64_t> grouped_sets{0};
   std::atomic<uint64_t> next_batch_loop{0};
   std::atomic<uint64_t> next_inter_loop{0};
 

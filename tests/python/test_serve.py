@@ -652,6 +652,30 @@ def test_sigkill_during_sets_loses_no_acknowledged_set(shm_dir):
         assert again.terminate() == 0, again.text()
 
 
+def test_sigkill_during_group_commits_loses_no_acknowledged_set(shm_dir):
+    # Every turn gathers (--group-min-ready 1): the SETs of several connections are made
+    # durable together, and the kill lands among such groups.
+    pool = os.path.join(shm_dir, "kill-groups.pool")
+    s = Served("--engine", "pmem", "--path", pool, "--pool-mb", "256", "--group-min-ready", "1")
+    writers = [Writer(s.port, f"g{i}", value_bytes=64 + 100 * i) for i in range(8)]
+    for w in writers:
+        w.start()
+    r = s.client()
+    deadline = time.monotonic() + 30
+    while json.loads(r.execute_command("NVMW.STATS"))["server"]["grouped_sets"] < 200:
+        assert time.monotonic() < deadline, "no SETs were committed in groups"
+        time.sleep(0.05)
+    r.close()
+    s.kill()  # SIGKILL
+    for w in writers:
+        w.join(timeout=30)
+    again = Served("--engine", "pmem", "--path", pool, "--pool-mb", "256")
+    try:
+        assert check_acked(again.port, writers) == sum(len(w.acked) for w in writers)
+    finally:
+        assert again.terminate() == 0, again.text()
+
+
 def rss_bytes(pid: int) -> int:
     with open(f"/proc/{pid}/status") as fh:
         for line in fh:

@@ -97,6 +97,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="make the small SETs read in one turn of the network loop durable together, one "
                    "publish per group of up to 8 keys, each answered once its group is durable (default: "
                    "on; --no-group-commit makes each SET durable alone)")
+    p.add_argument("--group-min-ready", type=int_in(1, 256), default=None,
+                   help="group commit gathers only in a loop turn that began with at least this many ready "
+                   "connections (default: the server's, 8: with fewer the loop is not busy and holding "
+                   "replies would only delay them)")
     p.add_argument("--log-windows", action="store_true",
                    help="print one line per monitor window (threads, ops/s, interactive p99, queues, SLA)")
     p.set_defaults(func=run)
@@ -177,6 +181,7 @@ def _serve(args: argparse.Namespace, signals: StopSignals) -> int:
                       batch_io_threads=args.batch_io_threads, batch_io_idle=args.batch_io_idle,
                       batch_nice=args.batch_nice, huge_pages=args.huge_pages,
                       protected_mode=protected, group_commit=args.group_commit,
+                      group_min_ready=args.group_min_ready,
                       on_window=_print_window if args.log_windows else None)
 
         def started(s: Service) -> None:

@@ -53,7 +53,7 @@ STAT_CLASSES = ("interactive", "batch", "all")
 QUANTILES = (("p50_us", "0.5"), ("p99_us", "0.99"), ("p999_us", "0.999"))
 #: The server options passed through to `_core.Server` when given (None: the server's default).
 SERVER_LIMITS = ("max_clients", "max_bulk_bytes", "max_args", "max_output_bytes", "io_threads",
-                 "batch_io_threads", "batch_io_idle", "protected_mode", "group_commit")
+                 "batch_io_threads", "batch_io_idle", "protected_mode", "group_commit", "group_min_ready")
 
 
 class _MiddlewarePlant:
@@ -117,6 +117,8 @@ class Service:
         one -DENIED line and close them, as Redis does (None: the server's default, on).
     group_commit: make the small SETs read in one busy turn of the server's loop durable
         together, one publish per group (None: the server's default, on; docs/server.md).
+    group_min_ready: how many ready connections make a turn busy enough to gather in
+        (None: the server's default, 8).
     batch_nice: CPU niceness (0..19) the middleware's batch workers add to the server's
         own (`nvmw.Middleware`'s `batch_nice`). 19 by default: the interactive requests
         run on the network loop at the server's priority, and when the cores are short
@@ -137,7 +139,8 @@ class Service:
                  max_args: Optional[int] = None, max_output_bytes: Optional[int] = None,
                  io_threads: Optional[int] = None, batch_io_threads: Optional[int] = None,
                  batch_io_idle: Optional[bool] = None, protected_mode: Optional[bool] = None,
-                 group_commit: Optional[bool] = None, batch_nice: int = 19, huge_pages: bool = True,
+                 group_commit: Optional[bool] = None, group_min_ready: Optional[int] = None,
+                 batch_nice: int = 19, huge_pages: bool = True,
                  on_window: Optional[Callable[[dict], None]] = None,
                  server_factory: Optional[Callable[..., Any]] = None):
         self.device = device or "none"
@@ -166,7 +169,8 @@ class Service:
             ("io_threads", io_threads, _c_int), ("batch_io_threads", batch_io_threads, _c_int),
             ("batch_io_idle", batch_io_idle, _flag),
             ("protected_mode", protected_mode, _flag),
-            ("group_commit", group_commit, _flag)) if v is not None}
+            ("group_commit", group_commit, _flag),
+            ("group_min_ready", group_min_ready, _c_int)) if v is not None}
         self.on_window = on_window
         self.server_factory = server_factory
         self.mw: Optional[Middleware] = None
