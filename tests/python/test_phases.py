@@ -73,6 +73,18 @@ def test_a_phase_number_is_not_a_bool(flag):
         phases.phase_workloads(1.0, 0)
 
 
+def test_load_phase_takes_any_integer_type_and_names_what_it_refuses():
+    # Was: numpy's integers, the numbers a sweep produces, reached os.fspath and failed
+    # with "expected str, bytes or os.PathLike object, not int64".
+    import numpy as np
+
+    assert phases.load_phase(np.int64(2)).number == phases.load_phase(2).number == 2
+    with pytest.raises(TypeError, match=r"must be a phase number \(an integer\) or a phase file path, not float"):
+        phases.load_phase(2.0)
+    with pytest.raises(TypeError, match="not NoneType"):
+        phases.load_phase(None)
+
+
 def test_list_phases_counts_only_ascii_numbers(tmp_path, monkeypatch):
     for name in ("phase1.toml", "phase\u0662.toml", "phase\u00b2.toml"):
         (tmp_path / name).write_text("")

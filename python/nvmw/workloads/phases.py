@@ -14,6 +14,7 @@ import functools
 import hashlib
 import marshal
 import math
+import numbers
 import operator
 import os
 import sys
@@ -190,18 +191,23 @@ def load_phase(n_or_path: Union[int, str, os.PathLike], capacity: CapacityLike =
     a shipped device name, a dict or a `Capacity`; default $NVMW_CAPACITY, else the
     shipped optane-1dimm file; see nvmw.workloads.capacity). ValueError for a bad file,
     a bad factor or a missing capacity file. A number given as a string is ASCII digits 0-9:
-    a word of other digits ("١", "²"; str.isdigit() is true for them) is a ValueError,
-    and a bool (an int to isinstance, so True would be phase 1) a TypeError."""
+    a word of other digits ("١", "²"; str.isdigit() is true for them) is a ValueError.
+    Any integer type is a number (numpy's included); a bool (an int to isinstance, so True
+    would be phase 1), a float or anything else that is not a path is a TypeError."""
     if isinstance(n_or_path, bool):
         raise TypeError(f"n_or_path must be a phase number or a phase file, not bool ({n_or_path!r})")
     if isinstance(n_or_path, str) and n_or_path.isdigit() and not n_or_path.isascii():
         raise ValueError(f"{n_or_path!r} is not a phase number (decimal digits 0-9) or a phase file")
-    if isinstance(n_or_path, int) or (isinstance(n_or_path, str) and n_or_path.isascii() and n_or_path.isdigit()):
+    if isinstance(n_or_path, numbers.Integral) or (isinstance(n_or_path, str) and n_or_path.isascii()
+                                                   and n_or_path.isdigit()):
         path = os.path.join(PHASE_DIR, f"phase{int(n_or_path)}.toml")
         if not os.path.exists(path):
             raise ValueError(f"no shipped phase {n_or_path}: choose one of {list_phases()}")
-    else:
+    elif isinstance(n_or_path, (str, os.PathLike)):
         path = os.fspath(n_or_path)
+    else:
+        raise TypeError(f"n_or_path must be a phase number (an integer) or a phase file path, "
+                        f"not {type(n_or_path).__name__} ({n_or_path!r})")
     try:
         with jsonfiles.open_input(path, "rb") as fh:
             data = tomllib.load(fh)
