@@ -45,6 +45,44 @@ PmemOptions SmallPmemOptions(uint64_t pool_bytes = 256ull << 20) {
   return o;
 }
 
+// What the readers of StartCheckingReaders saw.
+struct ReaderCounts {
+  std::atomic<int> bad{0};      // a value that is not its key's (torn or mixed)
+  std::atomic<int> missing{0};  // NotFound
+  std::atomic<int> errors{0};   // any other error
+  std::atomic<int> running{0};  // readers that have read once
+  std::atomic<uint64_t> reads{0};
+};
+
+// Starts `n` threads that, until *stop, Get random keys key(0 .. keys-1) and check each
+// value against its key (the values are MakeValue's, self-describing).
+void StartCheckingReaders(Engine* engine, int n, int keys, std::string (*key)(int),
+                          const std::atomic<bool>* stop, ReaderCounts* counts,
+                          std::vector<std::thread>* threads) {
+  for (int r = 0; r < n; ++r) {
+    threads->emplace_back([=] {
+      std::mt19937_64 rng(100 + r);
+      bool counted = false;
+      while (!stop->load(std::memory_order_relaxed)) {
+        std::string k = key(static_cast<int>(rng() % keys));
+        Status s = engine->Get(k, [&](std::string_view v) {
+          if (!CheckValue(k, v, nullptr)) counts->bad.fetch_add(1);
+        });
+        if (s.IsNotFound()) {
+          counts->missing.fetch_add(1);
+        } else if (!s.ok()) {
+          counts->errors.fetch_add(1);
+        }
+        counts->reads.fetch_add(1, std::memory_order_relaxed);
+        if (!counted) {
+          counts->running.fetch_add(1);
+          counted = true;
+        }
+      }
+    });
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Contract tests, both engines.
 
@@ -217,16 +255,16 @@ TEST_P(EngineContractTest, BadInputIsRejectedAndChangesNothing) {
 // see: a torn or mixed value would fail its checksum.
 TEST_P(EngineContractTest, ConcurrentReadersAndWritersSeeNoTornValues) {
   const int kKeys = 32, kWriters = 2, kReaders = 2, kWritesPerWriter = 3000;
-  auto key = [](int i) { return "ck" + std::to_string(i); };
+  auto key = [](int i) -> std::string { return "ck" + std::to_string(i); };
   for (int i = 0; i < kKeys; ++i) ASSERT_TRUE(engine_->Put(key(i), MakeValue(key(i), 0, 64)).ok());
   std::atomic<bool> stop{false};
-  std::atomic<int> bad{0}, missing{0}, errors{0};
-  std::atomic<uint64_t> reads{0};
-  std::atomic<int> readers_running{0};  // writers start once every reader has read once
+  std::atomic<int> errors{0};
+  ReaderCounts readers;  // writers start once every reader has read once (NotFound is
+                         // allowed only in the Remove/Put window)
   std::vector<std::thread> threads;
   for (int w = 0; w < kWriters; ++w) {
     threads.emplace_back([&, w] {
-      while (readers_running.load() < kReaders) std::this_thread::yield();
+      while (readers.running.load() < kReaders) std::this_thread::yield();
       std::mt19937_64 rng(w + 1);
       for (int n = 1; n <= kWritesPerWriter; ++n) {
         int i = static_cast<int>(rng() % kKeys);
@@ -240,35 +278,13 @@ TEST_P(EngineContractTest, ConcurrentReadersAndWritersSeeNoTornValues) {
       }
     });
   }
-  for (int r = 0; r < kReaders; ++r) {
-    threads.emplace_back([&, r] {
-      std::mt19937_64 rng(100 + r);
-      bool counted = false;
-      while (!stop.load(std::memory_order_relaxed)) {
-        int i = static_cast<int>(rng() % kKeys);
-        std::string k = key(i);
-        Status s = engine_->Get(k, [&](std::string_view v) {
-          if (!CheckValue(k, v, nullptr)) bad.fetch_add(1);
-        });
-        if (s.IsNotFound()) {
-          missing.fetch_add(1);  // allowed only in the Remove/Put window
-        } else if (!s.ok()) {
-          errors.fetch_add(1);
-        }
-        reads.fetch_add(1, std::memory_order_relaxed);
-        if (!counted) {
-          readers_running.fetch_add(1);
-          counted = true;
-        }
-      }
-    });
-  }
+  StartCheckingReaders(engine_.get(), kReaders, kKeys, key, &stop, &readers, &threads);
   for (int w = 0; w < kWriters; ++w) threads[w].join();
   stop = true;
   for (size_t t = kWriters; t < threads.size(); ++t) threads[t].join();
-  EXPECT_EQ(bad.load(), 0);
-  EXPECT_EQ(errors.load(), 0);
-  EXPECT_GT(reads.load(), 0u);
+  EXPECT_EQ(readers.bad.load(), 0);
+  EXPECT_EQ(errors.load() + readers.errors.load(), 0);
+  EXPECT_GT(readers.reads.load(), 0u);
   EXPECT_EQ(engine_->Count(), static_cast<uint64_t>(kKeys));
   for (int i = 0; i < kKeys; ++i) EXPECT_TRUE(CheckValue(key(i), MustGet(key(i)), nullptr));
 }
@@ -810,17 +826,17 @@ TEST_P(PutManyTest, LargeAndSmallValuesTogether) {
 // each key holds the last value one of the writers gave it.
 TEST_P(PutManyTest, ConcurrentCallsOnOverlappingKeysWithReaders) {
   const int kKeys = 48, kWriters = 3, kReaders = 2, kCalls = 150;
-  auto key = [](int i) { return "pm" + std::to_string(i); };
+  auto key = [](int i) -> std::string { return "pm" + std::to_string(i); };
   for (int i = 0; i < kKeys; ++i) ASSERT_TRUE(engine_->Put(key(i), MakeValue(key(i), 0, 64)).ok());
   // last[w][i]: version of writer w's last value for key i (0 = none).
   std::vector<std::vector<uint64_t>> last(kWriters, std::vector<uint64_t>(kKeys, 0));
   std::atomic<bool> stop{false};
-  std::atomic<int> bad{0}, errors{0}, readers_running{0};
-  std::atomic<uint64_t> reads{0};
+  std::atomic<int> errors{0};
+  ReaderCounts readers;
   std::vector<std::thread> threads;
   for (int w = 0; w < kWriters; ++w) {
     threads.emplace_back([&, w] {
-      while (readers_running.load() < kReaders) std::this_thread::yield();
+      while (readers.running.load() < kReaders) std::this_thread::yield();
       std::mt19937_64 rng(w + 11);
       uint64_t version = (w + 1) * 1000000ull;
       for (int c = 0; c < kCalls; ++c) {
@@ -838,30 +854,14 @@ TEST_P(PutManyTest, ConcurrentCallsOnOverlappingKeysWithReaders) {
       }
     });
   }
-  for (int r = 0; r < kReaders; ++r) {
-    threads.emplace_back([&, r] {
-      std::mt19937_64 rng(100 + r);
-      bool counted = false;
-      while (!stop.load(std::memory_order_relaxed)) {
-        std::string k = key(static_cast<int>(rng() % kKeys));
-        Status s = engine_->Get(k, [&](std::string_view v) {
-          if (!CheckValue(k, v, nullptr)) bad.fetch_add(1);
-        });
-        if (!s.ok()) errors.fetch_add(1);  // keys are never removed here
-        reads.fetch_add(1, std::memory_order_relaxed);
-        if (!counted) {
-          readers_running.fetch_add(1);
-          counted = true;
-        }
-      }
-    });
-  }
+  StartCheckingReaders(engine_.get(), kReaders, kKeys, key, &stop, &readers, &threads);
   for (int w = 0; w < kWriters; ++w) threads[w].join();
   stop = true;
   for (size_t t = kWriters; t < threads.size(); ++t) threads[t].join();
-  EXPECT_EQ(bad.load(), 0);
-  EXPECT_EQ(errors.load(), 0);
-  EXPECT_GT(reads.load(), 0u);
+  EXPECT_EQ(readers.bad.load(), 0);
+  EXPECT_EQ(readers.missing.load(), 0);  // keys are never removed here
+  EXPECT_EQ(errors.load() + readers.errors.load(), 0);
+  EXPECT_GT(readers.reads.load(), 0u);
   EXPECT_EQ(engine_->Count(), static_cast<uint64_t>(kKeys));
   for (int i = 0; i < kKeys; ++i) {
     uint64_t version = 0;
