@@ -98,7 +98,7 @@ def _started(cli: _Cli, settle_s: float = 1.5) -> None:
     ["ycsb", "--duration", "600", "--threads", "4", "--records", "500"],
     ["ycsb", "--capacity", "--duration", "600", "--threads", "2"],
     ["run-phase", "1", "--duration", "600", "--window", "0.2"],
-    ["sim", "run", "--phase", "1", "--windows", "10000000"],
+    ["sim", "run", "--phase", "1", "--windows", "1000000", "--window", "10"],
 ], ids=["ycsb", "ycsb-capacity", "run-phase", "sim-run"])
 def test_ctrl_c_ends_a_long_command_with_130(argv):
     cli = _Cli(*argv)

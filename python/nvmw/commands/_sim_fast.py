@@ -15,7 +15,8 @@ from typing import Any, Callable, Optional
 
 from nvmw.lab.runs import shipped_agent_path
 from nvmw.rl.policy import check_layout, load_beside
-from nvmw.rl.simrun import run_greedy, run_static, static_config
+from nvmw.rl.simrun import RUN_WINDOWS_MAX, run_greedy, run_static, static_config
+from nvmw.workloads.phases import list_phases
 
 _INT64_MAX = (1 << 63) - 1
 _INT_TEXT = re.compile(r"[0-9]+")
@@ -54,7 +55,7 @@ def parse(words: list) -> Optional[Callable[[], int]]:
     window = float(opts["window"])
     # The full parser's bounds (its errors name them): a seed past 2^63-1 ran here, reduced
     # to another seed without a word.
-    if not (1 <= phase <= _INT64_MAX and 1 <= windows <= _INT64_MAX and 0 <= seed <= _INT64_MAX
+    if not (phase in list_phases() and 1 <= windows <= RUN_WINDOWS_MAX and 0 <= seed <= _INT64_MAX
             and 0.001 <= window <= 3600):
         return None
     static = static_config(opts["controller"])

@@ -10,14 +10,18 @@ import json
 
 from nvmw.commands import SUMMARIES
 from nvmw.commands._args import (Distinct, check_apart, check_output_file, int_in, make_parent, nonneg_int,
-                                 positive_int, window_seconds)
+                                 phase_number, window_seconds)
 from nvmw.commands._args import add_pool_args, pool_config
 from nvmw.commands._util import report_stream
 from nvmw.lab.calibration import load_sweep
 from nvmw.lab.lineup import deprecated
-from nvmw.lab.simfit import FITTABLE, compare, fit, per_config, plot_check, simulate_sweep
+from nvmw.lab.simfit import (FIT_EVALS_MAX, FITTABLE, SWEEP_WINDOWS_MAX, compare, fit, per_config, plot_check,
+                             simulate_sweep)
 from nvmw.lab.phase_run import simulate_phase
 from nvmw.rl.sim import FIT_NAMES, load_params, save_params
+from nvmw.rl.simrun import RUN_WINDOWS_MAX
+
+_SWEEP_WINDOWS_HELP = f"simulated windows per configuration, at most {SWEEP_WINDOWS_MAX:,} (default %(default)s)"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,8 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--out", required=True, help="parameter file to write")
     q.add_argument("--device", default=None, help="device profile (default: the sweep's)")
     q.add_argument("--window", type=window_seconds, default=None, help="window, s (default: the sweep's)")
-    q.add_argument("--windows", type=positive_int, default=8, help="simulated windows per configuration (default %(default)s)")
-    q.add_argument("--max-evals", type=positive_int, default=150, help="Nelder-Mead evaluations (default %(default)s)")
+    q.add_argument("--windows", type=int_in(1, SWEEP_WINDOWS_MAX), default=8, help=_SWEEP_WINDOWS_HELP)
+    q.add_argument("--max-evals", type=int_in(1, FIT_EVALS_MAX), default=150,
+                   help=f"Nelder-Mead evaluations, at most {FIT_EVALS_MAX:,} (default %(default)s)")
     q.add_argument("--start", default=None, help="starting parameters (file or name; default: built-in)")
     q.add_argument("--free", nargs="+", action=Distinct, default=list(FIT_NAMES), choices=FITTABLE, metavar="NAME",
                    help="parameters to fit (default %(default)s; also spin_us); the others keep --start's values")
@@ -45,17 +50,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--params", default=None, help="parameter file or name (default: the shipped fit)")
     q.add_argument("--device", default=None)
     q.add_argument("--window", type=window_seconds, default=None)
-    q.add_argument("--windows", type=positive_int, default=8)
+    q.add_argument("--windows", type=int_in(1, SWEEP_WINDOWS_MAX), default=8, help=_SWEEP_WINDOWS_HELP)
     q.add_argument("--seed", type=nonneg_int, default=1)
     q.add_argument("--exact", action="store_true", help="simulate every window whole (no fast-forward)")
     q.add_argument("--plot", default=None, help="also write a PNG of real vs simulated p99")
     q.set_defaults(func=_check)
 
     q = ssub.add_parser("run", help="simulated windows of one phase under one controller (JSON lines)")
-    q.add_argument("--phase", type=positive_int, default=1)
+    q.add_argument("--phase", type=phase_number, default=1)
     add_pool_args(q, default=(15, 15), any_controller=True)
     q.add_argument("--threads", type=int_in(1, 4096), nargs=2, default=None, metavar=("I", "B"), help=argparse.SUPPRESS)
-    q.add_argument("--windows", type=positive_int, default=10)
+    q.add_argument("--windows", type=int_in(1, RUN_WINDOWS_MAX), default=10,
+                   help=f"simulated windows, at most {RUN_WINDOWS_MAX:,} (one output line and about 0.5 KB of "
+                        "memory each) (default %(default)s)")
     q.add_argument("--window", type=window_seconds, default=0.1)
     q.add_argument("--device", default="optane-1dimm")
     q.add_argument("--params", default=None)

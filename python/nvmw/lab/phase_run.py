@@ -10,7 +10,7 @@ from nvmw.control.sla import SLASpec, load_spec
 from nvmw.lab.lineup import ControllerContext, make_controller
 from nvmw.rl.envs import RealEnv
 from nvmw.rl.sim import SimEnv
-from nvmw.rl.simrun import run_static, run_windows, static_config
+from nvmw.rl.simrun import check_windows, run_static, run_windows, static_config
 from nvmw.workloads.phases import Phase, load_phase
 
 #: Where a run starts when its controller states no starting threads of its own.
@@ -80,7 +80,9 @@ def simulate_phase(phase: int, *, windows: int = 10, controller: Any = "fixed:15
     takes it (default the shipped calibrated spec); `exact` as SimEnv's. One row per
     window: phase, threads, reward, interactive p99, ops/s, batch ops/s and both queue
     lengths. A static configuration named "none" or "fixed:I,B" runs without the
-    Gymnasium env (`nvmw.rl.simrun.run_static`, same rows)."""
+    Gymnasium env (`nvmw.rl.simrun.run_static`, same rows). ValueError for `windows`
+    outside [0, RUN_WINDOWS_MAX] (`nvmw.rl.simrun.check_windows`)."""
+    windows = check_windows(windows)
     static = static_config(controller)
     if static is not None:
         control, i, b = static

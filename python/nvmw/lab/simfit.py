@@ -7,6 +7,7 @@ well the model ranks configurations (Spearman) and its p99/throughput errors."""
 from __future__ import annotations
 
 import math
+import operator
 import time
 from typing import Any, Mapping, Optional, Sequence
 
@@ -18,6 +19,27 @@ from tqdm.auto import tqdm
 from nvmw import jsonfiles
 from nvmw.lab.calibration import sweep_env, windows_by_config
 from nvmw.rl.sim import FIT_NAMES, SimEnv, load_params
+
+
+#: The most simulated windows per configuration `simulate_sweep` (`nvmw sim fit|check
+#: --windows`) takes, and the most evaluations `fit` (`--max-evals`) makes. The default
+#: calibration sweep has 216 configurations (6x6 threads in 6 phases), so a sweep at the
+#: windows bound is 216,000 windows (about 0.1 GB of rows, minutes per pass), and a fit at
+#: both bounds would take weeks: far past any fit made on purpose (the defaults are 8 and
+#: 150), near enough that a mistyped number is an error, not a run without end.
+SWEEP_WINDOWS_MAX = 1_000
+FIT_EVALS_MAX = 10_000
+
+
+def _check_count(value: Any, name: str, hi: int) -> int:
+    """`value` as an int; ValueError naming `name` unless it is an integer in [1, hi]."""
+    try:
+        n = operator.index(value)
+    except TypeError:
+        n = None
+    if n is None or isinstance(value, bool) or not 1 <= n <= hi:
+        raise ValueError(f"{name} must be an integer in [1, {hi:,}], got {value!r}")
+    return n
 
 
 def per_config(rows: Sequence[Mapping[str, Any]]) -> dict:
@@ -32,7 +54,9 @@ def simulate_sweep(rows_or_configs, params: Mapping, *, window_s: float, windows
     """Run the sweep's configurations through the simulator as the calibration sweep runs
     them (`nvmw.lab.calibration.sweep_env`: one simulator per phase, set_threads, settle,
     measure; (0, 0) = a no-control run of the phase); returns per_config() of the
-    simulated windows. `exact` as SimEnv's (False: fast-forward)."""
+    simulated windows. `exact` as SimEnv's (False: fast-forward). `windows` is at most
+    SWEEP_WINDOWS_MAX."""
+    windows = _check_count(windows, "windows", SWEEP_WINDOWS_MAX)
     if isinstance(rows_or_configs, Mapping):
         keys = sorted(rows_or_configs)
     else:
@@ -125,7 +149,10 @@ def fit(rows: Sequence[Mapping[str, Any]], *, window_s: float, device: str = "op
     `nvmw calibrate --sweep-out`): Nelder-Mead on the mean squared log error of each
     configuration's median p99 and throughput. `names`: the parameters moved (default
     FIT_NAMES; any of FITTABLE), the others stay at `start`'s values.
+    `windows` is at most SWEEP_WINDOWS_MAX and `max_evals` at most FIT_EVALS_MAX.
     Returns {"params", "fit", "run"}."""
+    windows = _check_count(windows, "windows", SWEEP_WINDOWS_MAX)
+    max_evals = _check_count(max_evals, "max_evals", FIT_EVALS_MAX)
     names = tuple(names)
     bad = sorted(set(names) - set(FITTABLE))
     if bad or not names:
@@ -230,4 +257,5 @@ def plot_check(real: Mapping, sim: Mapping, path: str, title: str = "") -> None:
         plt.close(fig)
 
 
-__all__ = ["fit", "compare", "simulate_sweep", "per_config", "plot_check", "FIT_START", "FITTABLE"]
+__all__ = ["fit", "compare", "simulate_sweep", "per_config", "plot_check", "FIT_START", "FITTABLE",
+           "SWEEP_WINDOWS_MAX", "FIT_EVALS_MAX"]

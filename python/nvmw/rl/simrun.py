@@ -15,6 +15,7 @@ env's control loop does."""
 from __future__ import annotations
 
 import math
+import operator
 import re
 from array import array
 from typing import Any, Callable, Optional
@@ -157,7 +158,8 @@ def check_window_s(window_s: Any) -> float:
 
 #: The longest run of a phase on the middleware (`nvmw.lab.phase_run.run_phase`, `nvmw
 #: run-phase --duration`), s, and the most windows it may hold (one row each is kept for
-#: the result: a day of 1 ms windows would be 86.4 million rows).
+#: the result: a day of 1 ms windows would be 86.4 million rows). A simulated run is held
+#: to the same number of windows (`check_windows`).
 RUN_S_MAX = 86400.0
 RUN_WINDOWS_MAX = 1_000_000
 
@@ -176,6 +178,21 @@ def run_windows(duration_s: Any, window_s: float) -> int:
     if n > RUN_WINDOWS_MAX:
         raise ValueError(f"a run of {d:g} s in windows of {window_s:g} s would be {n:,} windows, "
                          f"more than {RUN_WINDOWS_MAX:,}: use longer windows or a shorter run")
+    return n
+
+
+def check_windows(windows: Any) -> int:
+    """`windows` of a simulated run (`nvmw sim run --windows`) as an int; ValueError
+    unless it is an integer in [0, RUN_WINDOWS_MAX] (0: no window). The run keeps a row per
+    window, about 0.5 KB each (about 0.5 GB at the bound), and takes about 70 us of wall
+    time per fast-forwarded 0.1 s window of phase 1, far more with `exact` or longer
+    windows: over a minute at the bound, hours with `exact`."""
+    try:
+        n = operator.index(windows)
+    except TypeError:
+        n = None
+    if n is None or isinstance(windows, bool) or not 0 <= n <= RUN_WINDOWS_MAX:
+        raise ValueError(f"windows must be an integer in [0, {RUN_WINDOWS_MAX:,}], got {windows!r}")
     return n
 
 
@@ -212,6 +229,7 @@ def _episode(phase: int, *, windows: int, control: bool, threads: tuple, window_
     if phase not in list_phases():
         raise ValueError(f"phase must be one of {tuple(list_phases())}, got {phase!r}")
     window_s = check_window_s(window_s)
+    windows = check_windows(windows)
     i, b = int(threads[0]), int(threads[1])
     if not (1 <= i <= max_threads and 1 <= b <= max_threads):
         raise ValueError(f"threads must be in [1, {max_threads}], got {(i, b)}")
@@ -230,7 +248,7 @@ def _episode(phase: int, *, windows: int, control: bool, threads: tuple, window_
     obs = [float(i), float(b)] + [0.0] * (len(_STATE_FEATURES) - 2)
     cur = (i, b)
     rows: list[dict] = []
-    for _ in range(max(0, int(windows))):
+    for _ in range(windows):
         if decide is not None and control:
             action = decide(obs)
             if not 0 <= action < _core.N_ACTIONS:
@@ -282,4 +300,4 @@ def run_greedy(phase: int, policy: Any, *, windows: int = 10, threads: tuple = (
                     decide=lambda obs: int(policy.greedy_action(obs)))
 
 
-__all__ = ["run_static", "run_greedy", "static_config", "Pcg64"]
+__all__ = ["run_static", "run_greedy", "static_config", "check_windows", "Pcg64"]
