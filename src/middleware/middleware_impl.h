@@ -314,7 +314,7 @@ struct Middleware::Impl {
   // ---- monitor (middleware_monitor.cc) ----
   uint64_t QueueLen(int c) const;
   int Threads(int c) const;
-  void SampleQueues();
+  void SampleQueues(int loadavg_fd);
   void CloseWindow(int64_t window_start_ns, int64_t now_ns);
   void MonitorMain();
 

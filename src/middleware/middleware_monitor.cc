@@ -7,6 +7,9 @@
 #include <cstdio>
 #include <utility>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "middleware/middleware_impl.h"
 #include "util/clock.h"
 
@@ -15,14 +18,18 @@ namespace nvmw {
 namespace {
 
 // Runnable threads on the whole machine (the 4th field of /proc/loadavg, "R/T"),
-// or -1 when unavailable.
-int MachineRunnable() {
-  std::FILE* f = std::fopen("/proc/loadavg", "r");
-  if (f == nullptr) return -1;
+// or -1 when unavailable. `fd` is /proc/loadavg kept open by the monitor: procfs renders
+// the file afresh for every read at offset 0, so a sample costs one pread, not an
+// open, a stat, a read and a close.
+int MachineRunnable(int fd) {
+  if (fd < 0) return -1;
+  char buf[128];
+  const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
   double l1, l5, l15;
   int runnable = -1, total = 0;
-  if (std::fscanf(f, "%lf %lf %lf %d/%d", &l1, &l5, &l15, &runnable, &total) != 5) runnable = -1;
-  std::fclose(f);
+  if (std::sscanf(buf, "%lf %lf %lf %d/%d", &l1, &l5, &l15, &runnable, &total) != 5) return -1;
   return runnable;
 }
 
@@ -42,8 +49,8 @@ int Middleware::Impl::Threads(int c) const {
   return pools[c]->target.load(std::memory_order_relaxed);
 }
 
-void Middleware::Impl::SampleQueues() {
-  const int runnable = MachineRunnable();
+void Middleware::Impl::SampleQueues(int loadavg_fd) {
+  const int runnable = MachineRunnable(loadavg_fd);
   if (runnable >= 0) {
     // Ours: busy workers, spinning callers, and the monitor reading the file.
     const int ours = running_workers.load(std::memory_order_relaxed) +
@@ -106,6 +113,7 @@ void Middleware::Impl::MonitorMain() {
   int64_t window_start = start_ns;
   int64_t next_close = start_ns + window_ns;
   int64_t next_sample = start_ns + sample_ns;
+  const int loadavg_fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);  // -1: no load figure
   std::unique_lock<std::mutex> lock(mon_mu);
   while (!mon_stop) {
     const int64_t wake = std::min(next_close, next_sample);
@@ -116,7 +124,7 @@ void Middleware::Impl::MonitorMain() {
     lock.unlock();
     const int64_t now = NowNs();
     if (now >= next_sample) {
-      SampleQueues();
+      SampleQueues(loadavg_fd);
       next_sample += sample_ns;
       if (next_sample <= now) next_sample = now + sample_ns;
     }
@@ -129,6 +137,7 @@ void Middleware::Impl::MonitorMain() {
     lock.lock();
   }
   lock.unlock();
+  if (loadavg_fd >= 0) ::close(loadavg_fd);
   // The final, partial window holds everything completed since the last close (Stop
   // has drained the queues by now).
   CloseWindow(window_start, NowNs());
