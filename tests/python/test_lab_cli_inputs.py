@@ -158,9 +158,12 @@ def test_a_refused_sweep_leaves_no_directory_behind(tmp_path, capsys):
 
 
 def test_a_refused_demo_leaves_no_directory_behind(tmp_path, capsys):
-    # Was: --out was made before the device was looked up, and stayed, empty.
-    assert main(["demo", "--engine", "memory", "--device", "nope", "--duration", "0.05", "--clients", "1",
-                 "--table-only", "--out", str(tmp_path / "runs" / "demo")]) == 1
+    # Was: --out was made before the device was looked up, and stayed, empty. The device
+    # is now a usage error, before the run.
+    with pytest.raises(SystemExit) as e:
+        main(["demo", "--engine", "memory", "--device", "nope", "--duration", "0.05", "--clients", "1",
+              "--table-only", "--out", str(tmp_path / "runs" / "demo")])
+    assert e.value.code == 2
     assert "no device profile 'nope'" in capsys.readouterr().err
     assert os.listdir(tmp_path) == []
 

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Iterator, Optional
 
 from nvmw.commands._util import ensure_pmem_force
 from nvmw.control.controllers import NoControl
+from nvmw.devices import list_profiles, load_profile
+from nvmw.errors import NvmwError
 from nvmw.lab.lineup import CONTROLLER_NAMES, ControllerContext, canonical_name, deprecated, make_controller
 from nvmw.workloads.phases import list_phases
 
@@ -265,6 +267,23 @@ def phase_number(text: str) -> int:
 
 
 phase_number.__name__ = "phase"
+
+
+def device_profile(text: str) -> str:
+    """argparse type of a --device the run hands on as it is: a shipped profile name or a
+    profile file, loaded now so that an unknown name is a usage error listing the shipped
+    names, not an error once the run has begun opening its store."""
+    try:
+        load_profile(text)
+    except NvmwError as e:
+        message = e.args[0] if e.args else str(e)
+        if "known:" not in message:
+            message += f" (shipped profiles: {', '.join(list_profiles())})"
+        raise argparse.ArgumentTypeError(message) from None
+    return text
+
+
+device_profile.__name__ = "device profile"
 
 
 class Distinct(argparse.Action):

@@ -12,29 +12,37 @@ import os
 import sys
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import check_output_dir, positive_float, positive_int
+from nvmw.commands._args import check_output_dir, device_profile, float_in, int_in
 from nvmw.commands._util import ensure_pmem_force
 from nvmw.lab.demo import calibration_note, demo_comparison, ranking_table
 from nvmw.lab.interference import InterferenceConfig, format_table, plot, run_interference
 from nvmw.lab.lineup import DEFAULT_LINEUP
 from nvmw.lab.sweep import plot_sweep, quick_config, run_sweep
 from nvmw.workloads.phases import DEFAULT_PHASES, describe_phase_set
+from nvmw.workloads.traces import MAX_SCHEDULE_S
+
+#: The longest phase segment of the controller comparison, windows of 0.1 s: 1,000 s. The
+#: comparison runs every phase of the default set once per controller, so at the bound it
+#: takes about 10 hours (6 phases x 6 controllers x 1,000 s); the default segment is 50.
+SEGMENT_MAX = 10_000
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help=SUMMARIES["demo"],
                        description=__doc__)
-    p.add_argument("--duration", type=positive_float, default=4.0, help="seconds per scenario (default %(default)s)")
-    p.add_argument("--clients", type=positive_int, default=100, help="clients per pool (default %(default)s)")
+    p.add_argument("--duration", type=float_in(0.0, MAX_SCHEDULE_S), default=4.0,
+                   help="seconds per scenario (default %(default)s)")
+    p.add_argument("--clients", type=int_in(1, 4096), default=100,
+                   help="clients per pool, at most 4096 as ycsb --threads (default %(default)s)")
     p.add_argument("--engine", choices=["pmem", "memory"], default="pmem")
-    p.add_argument("--device", default="optane-1dimm",
+    p.add_argument("--device", type=device_profile, default="optane-1dimm",
                    help="emulated device profile under the pool: optane-1dimm (default), optane-6dimm, or none "
                         "(tmpfs at DRAM speed: no device to contend for, only the CPU)")
     p.add_argument("-o", "--out", default="nvmw-demo", help="output directory (default %(default)s)")
     p.add_argument("--table-only", action="store_true", help="only the interference table")
-    p.add_argument("--segment", type=positive_int, default=50,
+    p.add_argument("--segment", type=int_in(1, SEGMENT_MAX), default=50,
                    help="windows of 0.1 s per phase segment in the controller comparison; every phase of "
-                        "the default set runs once (default %(default)s)")
+                        f"the default set runs once; at most {SEGMENT_MAX:,} (default %(default)s)")
     p.add_argument("--sweep", action="store_true", help="also run the quick concurrency sweep (about 1.5 min)")
     p.set_defaults(func=run)
 
@@ -101,8 +109,6 @@ def _sweep_step(args: argparse.Namespace) -> None:
 
 def _controller_step(args: argparse.Namespace) -> None:
     """Every controller on the default phase set, one segment per phase, interleaved."""
-    if args.segment < 1:
-        raise SystemExit("nvmw demo: --segment must be at least 1")
     steps = args.segment * len(DEFAULT_PHASES)
     minutes = steps * 0.1 * len(DEFAULT_LINEUP) / 60
     print(f"\nController comparison: phases {', '.join(map(str, DEFAULT_PHASES))} "
