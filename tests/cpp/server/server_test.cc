@@ -1392,11 +1392,19 @@ TEST_F(ServerTest, ManyConnectionsMoveConcurrently) {
 // TestEngine that records each PutMany call's keys, and whose operations on "block"
 // and "holder" wait until Release: a GET of "block" holds the io thread, so that what
 // clients send meanwhile is read in one turn of the loop once it is released; a
-// synchronous Put of "holder" holds the only interactive permit.
+// synchronous Put of "holder" holds the only interactive permit. Operations on "slow"
+// wait until ReleaseSlow (or Release): a batch SET of "slow" holds a worker.
 class RecordingEngine : public TestEngine {
  public:
   RecordingEngine() {
     on_op = [this](std::string_view key) {
+      if (key == "slow") {
+        std::unique_lock<std::mutex> lock(mu_);
+        ++slow_held_;
+        cv_.notify_all();
+        cv_.wait(lock, [this] { return slow_released_; });
+        return;
+      }
       if (key != "block" && key != "holder") return;
       std::unique_lock<std::mutex> lock(mu_);
       ++held_;
@@ -1425,6 +1433,17 @@ class RecordingEngine : public TestEngine {
   void Release() {
     std::lock_guard<std::mutex> lock(mu_);
     released_ = true;
+    slow_released_ = true;
+    cv_.notify_all();
+  }
+  // Waits until an operation waits on "slow"; ReleaseSlow lets it go on.
+  bool WaitSlow() {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(20), [&] { return slow_held_ >= 1; });
+  }
+  void ReleaseSlow() {
+    std::lock_guard<std::mutex> lock(mu_);
+    slow_released_ = true;
     cv_.notify_all();
   }
 
@@ -1433,6 +1452,8 @@ class RecordingEngine : public TestEngine {
   std::condition_variable cv_;
   int held_ = 0;
   bool released_ = false;
+  int slow_held_ = 0;
+  bool slow_released_ = false;
   std::vector<std::multiset<std::string>> calls_;
 };
 
@@ -1653,6 +1674,102 @@ TEST_F(GroupCommitTest, GathersOnlyInABusyTurn) {
   const auto calls = recorder_.Calls();
   ASSERT_EQ(calls.size(), 1u);
   EXPECT_EQ(calls[0].size(), 8u);
+}
+
+// A busy turn with thirteen connections' SETs ready runs a group as soon as it has
+// gathered kGroupRunAt (8), before it reads the next connection, and the other five at
+// the end of the turn. Each connection sends a GET of "probe" (run as it is read) and
+// then its SET: the engine sees eight probes, a PutMany of their eight keys, the five
+// other probes, then a PutMany of the five others; every connection is answered in
+// order and every value is stored.
+TEST_F(GroupCommitTest, BusyTurnRunsAGroupOnceItHasEightSets) {
+  recorder_.record_order = true;
+  StartOn(&recorder_);  // the defaults: a turn of thirteen ready descriptors gathers
+  auto x = Connect();
+  constexpr int kClients = 13;
+  std::vector<std::unique_ptr<Client>> c;
+  for (int i = 0; i < kClients; ++i) c.push_back(Connect());
+  HoldLoop(x.get());
+  for (int i = 0; i < kClients; ++i) {
+    const std::string k = std::to_string(i);
+    ASSERT_TRUE(c[i]->Send(Multibulk({"GET", "probe"}) + Multibulk({"SET", "k" + k, "v" + k})));
+  }
+  recorder_.Release();
+  EXPECT_EQ(x->Reply(), "$-1\r\n");
+  for (int i = 0; i < kClients; ++i) {
+    EXPECT_EQ(c[i]->Reply(), "$-1\r\n") << i;
+    EXPECT_EQ(c[i]->Reply(), "+OK\r\n") << i;
+  }
+  const auto calls = recorder_.Calls();
+  ASSERT_EQ(calls.size(), 2u);
+  // The engine's operations in order, "block" left out: P for a probe, S for a SET.
+  std::string seq;
+  std::vector<std::multiset<std::string>> groups(1);
+  for (const std::string& key : recorder_.Order()) {
+    if (key == "block") continue;
+    const char op = key == "probe" ? 'P' : 'S';
+    if (op == 'P' && !seq.empty() && seq.back() == 'S') groups.emplace_back();
+    if (op == 'S') groups.back().insert(key);
+    seq += op;
+  }
+  EXPECT_EQ(seq, "PPPPPPPPSSSSSSSSPPPPPSSSSS");
+  EXPECT_EQ(groups, calls);
+  for (int i = 0; i < kClients; ++i) {
+    const std::string k = std::to_string(i);
+    EXPECT_EQ(x->Cmd({"GET", "k" + k}), Bulk("v" + k)) << i;
+  }
+  EXPECT_EQ(server_->Stats().group_commits, 2u);
+  EXPECT_EQ(server_->Stats().grouped_sets, static_cast<uint64_t>(kClients));
+}
+
+// A connection that goes away while its SET waits in a group. b's batch SET of "slow"
+// runs on a worker and completes while the loop is held; then b closes with a reset.
+// The turn that takes b's completion gathers b's next SET, read with the first, into
+// the group of a's, c's and d's SETs (d sent its SET and closed), and finds b gone as
+// it writes b's first reply. Every SET the server read is committed, b's and d's
+// included (a's GET behind its SET sees b's value); a and c are answered; b and d are
+// freed with no reply, and the connection count comes back to what it was before them.
+TEST_F(GroupCommitTest, ConnectionClosedWhileItsSetWaitsInAGroup) {
+  MiddlewareOptions mo;
+  mo.batch_threshold_bytes = 16;
+  ServerOptions o = Gathering();
+  o.batch_io_threads = 0;  // b's batch SET leaves it on this loop
+  StartOn(&recorder_, o, mo);
+  auto x = Connect();
+  auto a = Connect();
+  auto c = Connect();
+  ASSERT_EQ(server_->Stats().connections_current, 3u);
+  auto b = Connect();
+  auto d = Connect();
+  ASSERT_TRUE(b->Send(Multibulk({"SET", "slow", std::string(64, 's')}) + Multibulk({"SET", "b", "2"})));
+  ASSERT_TRUE(recorder_.WaitSlow());  // on a worker, holding the only batch permit
+  HoldLoop(x.get());
+  ASSERT_TRUE(a->Send(Multibulk({"SET", "a", "1"}) + Multibulk({"GET", "b"})));
+  ASSERT_TRUE(c->Send(Multibulk({"SET", "c", "3"})));
+  ASSERT_TRUE(d->Send(Multibulk({"SET", "d", "4"})));
+  d.reset();  // closed (FIN) behind its SET
+  recorder_.ReleaseSlow();
+  // The batch permit comes back once the worker has run b's completion, which handed b
+  // back to the held loop.
+  ASSERT_TRUE(mw_->Put("sync", "v", RequestClass::kBatch).ok());
+  linger l{1, 0};
+  ::setsockopt(b->fd(), SOL_SOCKET, SO_LINGER, &l, sizeof l);
+  b.reset();  // closed with a reset
+  recorder_.Release();
+  EXPECT_EQ(x->Reply(), "$-1\r\n");
+  EXPECT_EQ(a->Reply(), "+OK\r\n");
+  EXPECT_EQ(a->Reply(), Bulk("2"));
+  EXPECT_EQ(c->Reply(), "+OK\r\n");
+  const auto calls = recorder_.Calls();
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0], (std::multiset<std::string>{"a", "b", "c", "d"}));
+  ASSERT_TRUE(WaitUntil([&] { return server_->Stats().connections_current == 3; }));
+  EXPECT_EQ(x->Cmd({"MGET", "a", "b", "c", "d"}), "*4\r\n" + Bulk("1") + Bulk("2") + Bulk("3") + Bulk("4"));
+  EXPECT_EQ(c->Cmd({"SET", "c", "5"}), "+OK\r\n");
+  EXPECT_EQ(server_->Stats().group_commits, 1u);
+  EXPECT_EQ(server_->Stats().grouped_sets, 4u);
+  EXPECT_TRUE(server_->Stop().ok());
+  EXPECT_EQ(server_->Stats().connections_current, 0u);
 }
 
 // With an output cap of one byte every reply pauses its connection until it is written:
