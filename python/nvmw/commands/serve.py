@@ -82,9 +82,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-io-threads", type=int_in(0, 64), default=None,
                    help="network threads of their own for batch connections: a connection sending a value "
                    "of at least the batch threshold (64 KiB) or NVMW.CLASS batch is moved to them, so "
-                   "interactive connections never wait behind a large receive (default: the server's)")
+                   "interactive connections never wait behind a large receive (default: the server's, 1; 0 keeps "
+                   "them on the network threads)")
     p.add_argument("--batch-io-idle", action=argparse.BooleanOptionalAction, default=None,
-                   help="run the batch network threads under SCHED_IDLE (default: the server's)")
+                   help="run the batch network threads under SCHED_IDLE: they get a core only when no thread "
+                   "of normal priority wants it (default: on)")
     p.add_argument("--batch-nice", type=int_in(0, 19), default=19,
                    help="niceness the batch workers add to the server's own (default %(default)s: when the "
                    "cores are short the interactive loop and its clients run first; beside other "
