@@ -165,9 +165,13 @@ def test_a_stop_signal_while_starting_up_exits_cleanly_and_removes_the_temporary
 
 
 # The command line as `python -m nvmw` runs it, saying on stderr when the serve module,
-# running, starts importing the first module of nvmw it needs that is not loaded yet (an
-# audit hook sees the import start; cli.main imports the command's module itself without
-# the event): from then on the module is past its first lines. Ctrl-C's handler is set
+# running, starts importing the first module of nvmw it needs that is not loaded yet,
+# nvmw.stop_signals aside (an audit hook sees the import start; cli.main imports the
+# command's module itself without the event). nvmw.stop_signals is imported to install
+# the handlers, so its import starts before they are installed: a signal sent when it is
+# announced could come before them. The next import (nvmw.commands._args, then the core,
+# numpy and the controllers) is the module's first after its first lines, the handlers
+# in place unless the module installs them later than it says. Ctrl-C's handler is set
 # explicitly, as Python sets it: a child of a background job starts with SIGINT ignored,
 # and a signal ignored at start stays ignored.
 EARLY_LAUNCH = """
@@ -176,7 +180,8 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 state = {"main": False, "told": False}
 
 def announce(event, args):
-    if event == "import" and state["main"] and not state["told"] and args[0].startswith("nvmw."):
+    if (event == "import" and state["main"] and not state["told"] and args[0].startswith("nvmw.")
+            and args[0] != "nvmw.stop_signals"):
         state["told"] = True
         print("IMPORTING", args[0], file=sys.stderr, flush=True)
 
@@ -190,8 +195,8 @@ EARLY_DELAYS_MS = (0, 20, 50, 100, 200)
 
 
 def signal_early(sig, delay_ms: int, *args: str, env=None) -> Child:
-    """A serve child given `sig` `delay_ms` after its module started importing nvmw;
-    returns it once it has exited."""
+    """A serve child given `sig` `delay_ms` after its module, past its first lines, started
+    importing the rest of nvmw; returns it once it has exited."""
     child = Child(*args, launch=EARLY_LAUNCH, env=env)
     child.wait_for(r"^IMPORTING nvmw\.", stream="err")
     time.sleep(delay_ms / 1000)
