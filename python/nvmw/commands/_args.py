@@ -18,6 +18,7 @@ from nvmw.control.controllers import NoControl
 from nvmw.devices import list_profiles, load_profile
 from nvmw.errors import NvmwError
 from nvmw.lab.lineup import CONTROLLER_NAMES, ControllerContext, canonical_name, deprecated, make_controller
+from nvmw.rl.simrun import RUN_WINDOWS_MAX
 from nvmw.workloads.phases import list_phases
 
 if TYPE_CHECKING:
@@ -29,6 +30,14 @@ if TYPE_CHECKING:
 # commands (serve, run-phase, ycsb, ...) start without them.
 
 ENGINES = ("memory", "pmem")
+
+
+def steps_help(what: str, default: str, *, memory: str = "while its episode runs") -> str:
+    """The help of an RL command's --steps (or --switch-every): its bound
+    (`nvmw.rl.simrun.check_steps`) and what a step costs."""
+    return (f"{what}, at most {RUN_WINDOWS_MAX:,}: a step is one --window on the middleware (at the "
+            "bound 28 h of 0.1 s windows, 11.6 days of 1 s ones) or 0.1-0.3 ms of the simulator, and takes "
+            f"about 0.5 KB of memory {memory} (default {default})")
 
 
 class _DeprecatedAlias(argparse.Action):
@@ -73,7 +82,8 @@ def add_env_args(p: argparse.ArgumentParser, *, window_default: float = 0.1, ste
     p.add_argument("--sla", default=None, help="SLA spec: a TOML path or a shipped name (thesis, "
                    "calibrated-optane-1dimm); default: the calibrated spec for --device")
     if steps:
-        p.add_argument("--steps", type=positive_int, default=200, help="steps per episode (default %(default)s)")
+        p.add_argument("--steps", type=int_in(1, RUN_WINDOWS_MAX), default=200,
+                       help=steps_help("steps per episode", "%(default)s"))
     p.add_argument("--seed", type=int_in(0, (1 << 64) - 1), default=0)
 
 

@@ -9,12 +9,13 @@ import os
 import sys
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import check_beside, check_output_dir, check_output_file, positive_int
+from nvmw.commands._args import check_beside, check_output_dir, check_output_file, int_in, positive_int, steps_help
 from nvmw.control.controllers import OnlineAgentController
 from nvmw.commands._args import add_env_args, controller_help
 from nvmw.errors import Interrupted
 from nvmw.lab.evaluation import evaluate_lineup, write_outputs
 from nvmw.lab.lineup import DEFAULT_LINEUP, ControllerContext, deprecated
+from nvmw.rl.simrun import RUN_WINDOWS_MAX
 
 
 #: --steps, --window and --switch-every by default, and with --quick.
@@ -31,10 +32,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         if action.dest == "window":
             action.default, action.help = None, f"monitor window, s (default {_FULL['window']:g}; --quick: " \
                                                 f"{_QUICK['window']:g})"
-    p.add_argument("--steps", type=positive_int, default=None,
-                   help=f"steps of the long run (default {_FULL['steps']}; --quick: {_QUICK['steps']})")
-    p.add_argument("--switch-every", type=positive_int, default=None,
-                   help=f"steps per phase segment (default {_FULL['switch_every']}; --quick: {_QUICK['switch_every']})")
+    p.add_argument("--steps", type=int_in(1, RUN_WINDOWS_MAX), default=None,
+                   help=steps_help("steps of the long run", f"{_FULL['steps']}; --quick: {_QUICK['steps']}",
+                                   memory="per controller"))
+    p.add_argument("--switch-every", type=int_in(1, RUN_WINDOWS_MAX), default=None,
+                   help=f"steps per phase segment, at most {RUN_WINDOWS_MAX:,} (one segment when not less than "
+                        f"--steps) (default {_FULL['switch_every']}; --quick: {_QUICK['switch_every']})")
     p.add_argument("--quick", action="store_true", help="400 steps, 0.1 s windows, switch every 100 (each unless "
                    "given: --quick --steps 40 runs 40 steps)")
     p.add_argument("--sequential", action="store_true", help="run each controller's whole run before the next "

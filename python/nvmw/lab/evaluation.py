@@ -20,6 +20,7 @@ from nvmw.lab.lineup import ControllerContext, build_controllers, make_controlle
 from nvmw.lab.runs import run_header
 from nvmw.rl.envs import ControlEnv, SeqPhaseEnv
 from nvmw.rl.registry import make_env
+from nvmw.rl.simrun import check_steps
 from nvmw.workloads.phases import DEFAULT_PHASES
 
 TRACE_KEYS = ("step", "phase", "interactive_threads", "batch_threads", "reward", "p99_us", "throughput",
@@ -410,8 +411,12 @@ def evaluate_controllers(make_env: Callable[[bool], ControlEnv], controllers: Se
     are the same, the parent telling one process at a time to advance a segment. A
     process that fails or dies raises ControllerProcessError naming its controller.
     `built`, if given, receives the controllers as they ended the run (isolate=True: only
-    those that learn online, sent back from their processes).
+    those that learn online, sent back from their processes). `total_steps` and
+    `switch_every` are integers in [1, RUN_WINDOWS_MAX] (`nvmw.rl.simrun.check_steps`:
+    each controller's trace keeps a row per step).
     Returns (summary per controller, trace per controller)."""
+    total_steps = check_steps(total_steps, "total_steps")
+    switch_every = check_steps(switch_every, "switch_every")
     if isolate:
         if not all(isinstance(c, str) for c in controllers):
             raise TypeError("isolate=True builds each controller in its own process: pass controller names "
@@ -521,7 +526,10 @@ def evaluate_lineup(env_kind: str, controllers: Sequence[str], *, window_s: floa
     that learned online, as their processes ended the run). isolate=True runs each
     controller and its env in a process of its own (see evaluate_controllers). `phases`
     are the phases the schedule draws; an oracle table lacking one is refused before the
-    run starts."""
+    run starts, as `steps` or `switch_every` outside [1, RUN_WINDOWS_MAX] is
+    (`nvmw.rl.simrun.check_steps`)."""
+    steps = check_steps(steps, "steps")
+    switch_every = check_steps(switch_every, "switch_every")
     probe = make_env(env_kind, window_s=window_s, sla=sla, device=device, engine=engine)
     spec = probe.sla
     header = run_header(env_kind, probe, phases=phases, steps=steps, switch_every=switch_every, seed=seed,

@@ -28,7 +28,7 @@ from nvmw import _core
 from nvmw.control.loop import ControlLoop, Reading, check_threads
 from nvmw.control.sla import SLASpec, load_spec
 from nvmw.middleware import Middleware
-from nvmw.rl.simrun import check_window_s
+from nvmw.rl.simrun import check_steps, check_window_s
 from nvmw.workloads.phases import DEFAULT_PHASES, Phase, PhaseWorkload, list_phases, load_phase
 
 
@@ -405,12 +405,13 @@ class SeqPhaseEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """The long run: one episode of `total_steps` steps whose phase changes every
     `switch_every` steps, phases drawn in a seeded random order (each block of len(phases)
     segments is a shuffled permutation, so every phase gets equal time). Threads carry over
-    across switches; only the first segment resets them."""
+    across switches; only the first segment resets them. `total_steps` and `switch_every`
+    are integers in [1, RUN_WINDOWS_MAX] (`nvmw.rl.simrun.check_steps`)."""
 
     def __init__(self, env: ControlEnv, *, total_steps: int = 4000, switch_every: int = 200,
                  phases: tuple[int, ...] = DEFAULT_PHASES, initial_threads: tuple[int, int] | None = (15, 15)):
-        if total_steps < 1 or switch_every < 1:
-            raise ValueError("total_steps and switch_every must be >= 1")
+        total_steps = check_steps(total_steps, "total_steps")
+        switch_every = check_steps(switch_every, "switch_every")
         # Recorded so that Gymnasium (check_env, spec) can rebuild the wrapper.
         gym.utils.RecordConstructorArgs.__init__(self, total_steps=total_steps, switch_every=switch_every,
                                                  phases=phases, initial_threads=initial_threads)

@@ -7,6 +7,7 @@ from typing import Any
 from nvmw.control.sla import SLASpec, load_spec
 from nvmw.rl.envs import ControlEnv, RealEnv, SyntheticEnv
 from nvmw.rl.sim import SimEnv
+from nvmw.rl.simrun import check_steps
 
 ENV_KINDS = ("real", "synthetic", "sim")
 
@@ -17,7 +18,9 @@ def make_env(kind: str = "real", *, phase: int = 1, window_s: float = 1.0, sla: 
              sim_params: Any = None) -> ControlEnv:
     """An environment by name. 'real': the middleware (RealEnv); 'synthetic': the analytic
     stand-in (tests/demos); 'sim': the fitted simulator (SimEnv, parameters `sim_params`:
-    a fitted file, name or dict; default the shipped fit for `device`)."""
+    a fitted file, name or dict; default the shipped fit for `device`). ValueError for
+    `max_episode_steps` outside [1, RUN_WINDOWS_MAX] (`nvmw.rl.simrun.check_steps`)."""
+    max_episode_steps = check_steps(max_episode_steps, "max_episode_steps")
     if kind == "real":
         spec = sla if isinstance(sla, SLASpec) else load_spec(sla, device=device)
         return RealEnv(phase, window_s=window_s, sla=spec, device=device, engine=engine, control=control,

@@ -159,7 +159,8 @@ def check_window_s(window_s: Any) -> float:
 #: The longest run of a phase on the middleware (`nvmw.lab.phase_run.run_phase`, `nvmw
 #: run-phase --duration`), s, and the most windows it may hold (one row each is kept for
 #: the result: a day of 1 ms windows would be 86.4 million rows). A simulated run is held
-#: to the same number of windows (`check_windows`).
+#: to the same number of windows (`check_windows`), and an RL episode or long run to as
+#: many steps, one window each (`check_steps`).
 RUN_S_MAX = 86400.0
 RUN_WINDOWS_MAX = 1_000_000
 
@@ -193,6 +194,23 @@ def check_windows(windows: Any) -> int:
         n = None
     if n is None or isinstance(windows, bool) or not 0 <= n <= RUN_WINDOWS_MAX:
         raise ValueError(f"windows must be an integer in [0, {RUN_WINDOWS_MAX:,}], got {windows!r}")
+    return n
+
+
+def check_steps(steps: Any, name: str = "steps") -> int:
+    """`steps` of an episode or a long run (`nvmw collect|train --steps`, `nvmw evaluate
+    --steps|--switch-every`) as an int; ValueError naming `name` unless it is an integer in
+    [1, RUN_WINDOWS_MAX]. A step is one monitor window: on the middleware a window of
+    `window_s` of real time (at the bound about 28 hours of 0.1 s windows, 11.6 days of 1 s
+    ones), on the simulator about 0.1-0.3 ms of wall time (fast-forward, 0.1-1 s windows).
+    The episode's transitions, or each controller's trace of the long run, take about 0.5 KB
+    of memory per step (about 0.5 GB at the bound)."""
+    try:
+        n = operator.index(steps)
+    except TypeError:
+        n = None
+    if n is None or isinstance(steps, bool) or not 1 <= n <= RUN_WINDOWS_MAX:
+        raise ValueError(f"{name} must be an integer in [1, {RUN_WINDOWS_MAX:,}], got {steps!r}")
     return n
 
 
@@ -300,4 +318,4 @@ def run_greedy(phase: int, policy: Any, *, windows: int = 10, threads: tuple = (
                     decide=lambda obs: int(policy.greedy_action(obs)))
 
 
-__all__ = ["run_static", "run_greedy", "static_config", "check_windows", "Pcg64"]
+__all__ = ["run_static", "run_greedy", "static_config", "check_windows", "check_steps", "Pcg64"]
