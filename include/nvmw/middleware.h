@@ -174,8 +174,10 @@ class Middleware {
   // of another class, and all of them when no permit is free or in hand-off mode, go
   // one by one as SubmitOrRun takes them. accepted[i] is what SubmitOrRun would have
   // returned for requests[i]: done[i] is called exactly once when it is OK, never
-  // otherwise. A request that is not a Put is InvalidArgument.
-  void SubmitOrRunPuts(Request* requests, Completion* done, size_t n, Status* accepted);
+  // otherwise. A request that is not a Put is InvalidArgument. Returns how many ran
+  // together under the one permit (0 when none did: fewer than two, no free permit,
+  // hand-off mode, not running).
+  size_t SubmitOrRunPuts(Request* requests, Completion* done, size_t n, Status* accepted);
 
   // Last closed window (seq 0 and zeros before the first window closes).
   WindowStats GetStats() const;

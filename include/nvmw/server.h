@@ -119,7 +119,7 @@ struct ServerStats {
   // command's reply, or plus one value for an MGET (which pauses at the cap).
   uint64_t output_peak_bytes = 0;
   uint64_t batch_moves = 0;           // connections moved to a batch loop (batch_io_threads)
-  uint64_t group_commits = 0;         // groups of two or more SETs handed over together (group_commit)
+  uint64_t group_commits = 0;         // groups of two or more SETs run together under one permit (group_commit)
   uint64_t grouped_sets = 0;          // the SETs in those groups
 };
 

@@ -486,8 +486,8 @@ Status Middleware::Impl::SubmitOrRun(Request&& request, Completion&& done) {
   return s;
 }
 
-void Middleware::Impl::SubmitOrRunPuts(Request* requests, Completion* done, size_t n,
-                                       Status* accepted) {
+size_t Middleware::Impl::SubmitOrRunPuts(Request* requests, Completion* done, size_t n,
+                                         Status* accepted) {
   // Which requests join the group: valid Puts of the first valid one's class.
   // (Not thread_local: a completion may call this again on the same thread.)
   std::vector<size_t> members;
@@ -548,6 +548,7 @@ void Middleware::Impl::SubmitOrRunPuts(Request* requests, Completion* done, size
     if (!accepted[i].ok()) continue;
     accepted[i] = SubmitOrRun(std::move(requests[i]), std::move(done[i]));
   }
+  return members.size();
 }
 
 // ---- public entry points of this role ----
@@ -577,9 +578,9 @@ Status Middleware::SubmitOrRun(Request request, Completion done) {
   return impl_->SubmitOrRun(std::move(request), std::move(done));
 }
 
-void Middleware::SubmitOrRunPuts(Request* requests, Completion* done, size_t n,
-                                 Status* accepted) {
-  impl_->SubmitOrRunPuts(requests, done, n, accepted);
+size_t Middleware::SubmitOrRunPuts(Request* requests, Completion* done, size_t n,
+                                   Status* accepted) {
+  return impl_->SubmitOrRunPuts(requests, done, n, accepted);
 }
 
 bool Middleware::InCompletion() const { return impl_->InCompletion(); }

@@ -260,7 +260,7 @@ struct Middleware::Impl {
                   RequestClass hint);
   Status Submit(Request&& request, Completion&& done);
   Status SubmitOrRun(Request&& request, Completion&& done);
-  void SubmitOrRunPuts(Request* requests, Completion* done, size_t n, Status* accepted);
+  size_t SubmitOrRunPuts(Request* requests, Completion* done, size_t n, Status* accepted);
 
   // ---- completions and the thread running them (middleware_admission.cc) ----
   // Calls a request's completion on this thread (a worker, or the caller of a request

@@ -612,10 +612,10 @@ void Server::Impl::CommitPuts(IoThread* io) {
       c->result_inline = false;
       done.push_back(CompletionFor(c));
     }
-    mw->SubmitOrRunPuts(reqs.data(), done.data(), n, accepted.data());
-    if (n > 1) {
+    const size_t grouped = mw->SubmitOrRunPuts(reqs.data(), done.data(), n, accepted.data());
+    if (grouped > 1) {
       group_commits.fetch_add(1, std::memory_order_relaxed);
-      grouped_sets.fetch_add(n, std::memory_order_relaxed);
+      grouped_sets.fetch_add(grouped, std::memory_order_relaxed);
     }
     for (size_t k = 0; k < n; ++k) {
       Conn* c = conns[k];

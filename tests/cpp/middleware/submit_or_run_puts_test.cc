@@ -112,8 +112,9 @@ struct Group {
       };
     }
   }
-  void SubmitTo(Middleware* mw) {
-    mw->SubmitOrRunPuts(requests.data(), done.data(), requests.size(), accepted.data());
+  // What SubmitOrRunPuts returns: how many ran together under one permit.
+  size_t SubmitTo(Middleware* mw) {
+    return mw->SubmitOrRunPuts(requests.data(), done.data(), requests.size(), accepted.data());
   }
   int Called(size_t i) const { return calls[i].load(); }
   bool AllCalled(const std::vector<size_t>& which) const {
@@ -174,7 +175,7 @@ TEST(SubmitOrRunPutsTest, GroupRunsInlineInOnePutManyWithCompletionsInOrder) {
     late_probe_inline = OtherThreadFindsAFreePermit(&mw, RequestClass::kInteractive, &late_probe_done);
     last(s, std::move(v));
   };
-  g.SubmitTo(&mw);
+  EXPECT_EQ(g.SubmitTo(&mw), static_cast<size_t>(kN));
   for (int i = 0; i < kN; ++i) {
     EXPECT_TRUE(g.accepted[i].ok()) << i << " " << g.accepted[i].ToString();
     EXPECT_EQ(g.Called(i), 1) << i;  // before the call returned
@@ -193,7 +194,7 @@ TEST(SubmitOrRunPutsTest, GroupRunsInlineInOnePutManyWithCompletionsInOrder) {
   ASSERT_TRUE(WaitUntil([&] { return probe_done.load() && late_probe_done.load(); }));
   engine.in_put_many = nullptr;
   Group again(Puts("again", 2));
-  again.SubmitTo(&mw);
+  EXPECT_EQ(again.SubmitTo(&mw), 2u);
   EXPECT_EQ(again.Called(0), 1);
   EXPECT_EQ(again.Called(1), 1);
   EXPECT_EQ(engine.Calls().size(), 2u);
@@ -228,7 +229,7 @@ TEST(SubmitOrRunPutsTest, NoFreePermitQueuesEachForTheWorkers) {
   ASSERT_TRUE(engine.WaitInflight(1));  // the only interactive permit is taken
   constexpr int kN = 3;
   Group g(Puts("q", kN));
-  g.SubmitTo(&mw);
+  EXPECT_EQ(g.SubmitTo(&mw), 0u);  // none ran together
   for (int i = 0; i < kN; ++i) {
     EXPECT_TRUE(g.accepted[i].ok()) << i << " " << g.accepted[i].ToString();
     EXPECT_EQ(g.Called(i), 0) << i;  // returned without waiting for the permit
@@ -269,7 +270,7 @@ TEST(SubmitOrRunPutsTest, InvalidRequestsAreRefusedAndTheOthersStillGroup) {
   reqs.push_back(Put("c", "c"));                                          // 8
   Group g(std::move(reqs));
   g.done[3] = nullptr;
-  g.SubmitTo(&mw);
+  EXPECT_EQ(g.SubmitTo(&mw), 4u);  // a, b, the engine's failure and c
   for (size_t i : {0, 2, 3, 5, 6}) {
     EXPECT_TRUE(g.accepted[i].IsInvalidArgument()) << i << " " << g.accepted[i].ToString();
     EXPECT_EQ(g.Called(i), 0) << i;
@@ -314,7 +315,7 @@ TEST(SubmitOrRunPutsTest, OtherClassGoesThroughSubmitOrRun) {
     reqs.push_back(Put("o3", "4", other));
     reqs.push_back(Put("g4", "5", first));
     Group g(std::move(reqs));
-    g.SubmitTo(&mw);
+    EXPECT_EQ(g.SubmitTo(&mw), 3u);  // the two of the other class ran alone
     for (size_t i = 0; i < 5; ++i) {
       EXPECT_TRUE(g.accepted[i].ok()) << i;
       EXPECT_EQ(g.Called(i), 1) << i;
@@ -359,7 +360,7 @@ TEST(SubmitOrRunPutsTest, HandOffRunsEachOnAWorker) {
   Middleware mw(Options(Execution::kHandOff));
   ASSERT_TRUE(mw.Start(&engine, 1, 1).ok());
   Group g(Puts("h", 3));
-  g.SubmitTo(&mw);
+  EXPECT_EQ(g.SubmitTo(&mw), 0u);
   for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(g.accepted[i].ok()) << i;
   ASSERT_TRUE(WaitUntil([&] { return g.AllCalled({0, 1, 2}); }));
   for (size_t i = 0; i < 3; ++i) {
@@ -421,7 +422,7 @@ TEST(SubmitOrRunPutsTest, NotRunningIsShutdown) {
   GroupEngine engine;
   Middleware mw(Options());
   Group before(Puts("b", 3));
-  before.SubmitTo(&mw);
+  EXPECT_EQ(before.SubmitTo(&mw), 0u);
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_TRUE(before.accepted[i].IsShutdown()) << i << " " << before.accepted[i].ToString();
     EXPECT_EQ(before.Called(i), 0) << i;
@@ -429,7 +430,7 @@ TEST(SubmitOrRunPutsTest, NotRunningIsShutdown) {
   ASSERT_TRUE(mw.Start(&engine, 1, 1).ok());
   ASSERT_TRUE(mw.Stop().ok());
   Group after(Puts("a", 3));
-  after.SubmitTo(&mw);
+  EXPECT_EQ(after.SubmitTo(&mw), 0u);
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_TRUE(after.accepted[i].IsShutdown()) << i << " " << after.accepted[i].ToString();
     EXPECT_EQ(after.Called(i), 0) << i;
@@ -519,9 +520,9 @@ TEST(SubmitOrRunPutsTest, EmptyAndSingleRequests) {
   GroupEngine engine;
   Middleware mw(Options());
   ASSERT_TRUE(mw.Start(&engine, 1, 1).ok());
-  mw.SubmitOrRunPuts(nullptr, nullptr, 0, nullptr);
+  EXPECT_EQ(mw.SubmitOrRunPuts(nullptr, nullptr, 0, nullptr), 0u);
   Group one(Puts("one", 1));
-  one.SubmitTo(&mw);
+  EXPECT_EQ(one.SubmitTo(&mw), 0u);  // one alone takes the SubmitOrRun path
   EXPECT_TRUE(one.accepted[0].ok());
   EXPECT_EQ(one.Called(0), 1);
   EXPECT_EQ(engine.Value("one0"), "v0");

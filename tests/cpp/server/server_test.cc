@@ -1863,6 +1863,9 @@ TEST_F(GroupCommitTest, GroupWithoutAFreePermitWaitsForTheWorkers) {
   EXPECT_EQ(b->Reply(), "+OK\r\n");
   EXPECT_EQ(b->Reply(), Bulk("2"));
   EXPECT_TRUE(recorder_.Calls().empty());  // each went to a worker, one by one
+  // Gathered, but not committed together: the counters say so.
+  EXPECT_EQ(server_->Stats().group_commits, 0u);
+  EXPECT_EQ(server_->Stats().grouped_sets, 0u);
 }
 
 // Clients that close (FIN, or reset) right after sending a SET, some with more behind
