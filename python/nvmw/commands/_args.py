@@ -99,15 +99,27 @@ def env_from_args(args, *, control: bool = True, phase: int = 1) -> ControlEnv:
     return make_env(**env_kwargs_from_args(args, control=control, phase=phase))
 
 
+def episodes_help(what: str, default: str, *, kept: bool = False) -> str:
+    """The help of an RL command's episode count (`nvmw.rl.episodes.EPISODES_MAX`) and what
+    an episode costs (with `kept`: its transitions are all kept)."""
+    from nvmw.rl.episodes import EPISODES_MAX
+    memory = ("; every transition is kept until the end, about 1 KB per step (episodes x phases x steps)"
+              if kept else "")
+    return (f"{what}, at most {EPISODES_MAX:,}: an episode is --steps windows (at the default 200 steps, 20 s of "
+            f"0.1 s windows on the middleware, about 0.04 s of the simulator){memory} (default {default})")
+
+
 def add_backend_args(p: argparse.ArgumentParser) -> None:
     """--backend, --workers, --ray-address: where episodes run (collect, train)."""
-    from nvmw.rl.episodes import BACKENDS
+    from nvmw.rl.episodes import BACKENDS, WORKERS_MAX
     p.add_argument("--backend", choices=BACKENDS, default="local",
                    help="where episodes run: local (this process, or --workers processes) or ray (Ray tasks; "
                         "a local Ray instance unless --ray-address). Same seed, same result (default %(default)s)")
-    p.add_argument("--workers", type=positive_int, default=None,
-                   help="episodes at a time: local worker processes, or Ray CPUs of a local instance (default: 1 "
-                        "for local, 2 for ray; --env sim or synthetic only for more than one)")
+    p.add_argument("--workers", type=int_in(1, WORKERS_MAX), default=None,
+                   help=f"episodes at a time: local worker processes, or Ray CPUs of a local instance, at most "
+                        f"{WORKERS_MAX}: each local worker is a process with its own environment (about 130 MB "
+                        "with the simulator) (default: 1 for local, 2 for ray; --env sim or synthetic only for more "
+                        "than one)")
     p.add_argument("--ray-address", default=None,
                    help="--backend ray: the cluster to join (ray.init(address=...)); default: start a local instance")
 

@@ -18,12 +18,12 @@ from collections import Counter
 from nvmw import jsonfiles
 from nvmw.commands import SUMMARIES
 from nvmw.commands._args import (Distinct, check_apart, check_beside, check_output_file, int_in, make_parent,
-                                 nonneg_int, open_fraction, phase_number)
-from nvmw.commands._args import add_env_args, argv_of, env_from_args, positive_float, positive_int
+                                 open_fraction, phase_number)
+from nvmw.commands._args import add_env_args, argv_of, env_from_args, positive_float
 from nvmw.commands._util import is_stream, report_stream
-from nvmw.lab.calibration import (calibrate, confirm_env, load_confirmation, load_sweep, no_control_windows,
+from nvmw.lab.calibration import (CONFIRM_RUNS_MAX, SWEEP_WINDOWS_MAX, calibrate, confirm_env, load_confirmation, load_sweep, no_control_windows,
                                   promise_configs, save_oracle, save_sweep, sweep_env)
-from nvmw.lab.capacity import DEFAULT_CLIENTS, measure_capacity
+from nvmw.lab.capacity import CLIENTS_MAX, DEFAULT_CLIENTS, measure_capacity
 from nvmw.lab.runs import run_header
 from nvmw.middleware import DEFAULT_MAX_THREADS
 from nvmw.workloads.phases import DEFAULT_PHASES
@@ -36,7 +36,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--grid", type=int_in(1, DEFAULT_MAX_THREADS), nargs="+", action=Distinct,
                    default=[1, 2, 4, 8, 16, 32],
                    help="thread counts swept for each pool (default %(default)s)")
-    p.add_argument("--windows", type=positive_int, default=5, help="measured windows per configuration (default %(default)s)")
+    p.add_argument("--windows", type=int_in(1, SWEEP_WINDOWS_MAX), default=5,
+                   help=f"measured windows per configuration, at most {SWEEP_WINDOWS_MAX:,}: a window is one --window "
+                        "and a row of about 0.5 KB, so the default grid at the bound is 216,000 windows, 6 hours of "
+                        "0.1 s windows (default %(default)s)")
     p.add_argument("--phases", type=phase_number, nargs="+", action=Distinct, default=list(DEFAULT_PHASES),
                    help="phases swept (default %(default)s)")
     p.add_argument("--rule", choices=("attain", "quantile"), default="attain",
@@ -45,28 +48,32 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "medians (the first calibration)")
     p.add_argument("--attain", type=open_fraction, default=0.9,
                    help="rule attain: fraction of windows the goals must hold (default %(default)s)")
-    p.add_argument("--confirm-windows", type=nonneg_int, default=30,
+    p.add_argument("--confirm-windows", type=int_in(0, SWEEP_WINDOWS_MAX), default=30,
                    help="rule attain: after the sweep, re-measure each phase's chosen configuration for "
-                   "this many windows per round and take its promise from those windows, not from the "
-                   "sweep windows that chose it (default %(default)s; 0: promise from the sweep)")
-    p.add_argument("--confirm-runs", type=positive_int, default=4,
+                   f"this many windows per round, at most {SWEEP_WINDOWS_MAX:,}, and take its promise from those "
+                   "windows, not from the sweep windows that chose it (default %(default)s; 0: promise from the sweep)")
+    p.add_argument("--confirm-runs", type=int_in(1, CONFIRM_RUNS_MAX), default=4,
                    help="rounds over the phases of that re-measurement, each on another stretch of the "
-                   "phase's workload (default %(default)s)")
+                   f"phase's workload, at most {CONFIRM_RUNS_MAX}: a round is --confirm-windows windows of every "
+                   "phase (default %(default)s)")
     p.add_argument("--quantile", type=open_fraction, default=0.25,
                    help="rule quantile: goal quantile across configurations (default %(default)s)")
     p.add_argument("--out", default=None, help="SLA spec TOML to write (with --capacity: the capacity JSON)")
     p.add_argument("--capacity", action="store_true", help="measure this machine's capacity instead of "
                    "sweeping (device bandwidth and interactive capacity; JSON)")
-    p.add_argument("--capacity-clients", type=positive_int, nargs="+", action=Distinct, default=list(DEFAULT_CLIENTS),
-                   help="--capacity: closed-loop client counts tried (default %(default)s)")
+    p.add_argument("--capacity-clients", type=int_in(1, CLIENTS_MAX), nargs="+", action=Distinct,
+                   default=list(DEFAULT_CLIENTS),
+                   help=f"--capacity: closed-loop client counts tried, each at most {CLIENTS_MAX:,} client threads, "
+                        "as ycsb --threads (default %(default)s)")
     p.add_argument("--capacity-duration", type=positive_float, default=2.0,
                    help="--capacity: seconds per client count (default %(default)s)")
     p.add_argument("--oracle-out", default=None, help="oracle table JSON to write (default: next to --out, "
                    "NAME.oracle.json for NAME.toml; needed when --out is not a regular file, such as /dev/stdout)")
     p.add_argument("--sweep-out", default=None, help="also write the raw sweep rows (JSON)")
-    p.add_argument("--no-control-windows", type=nonneg_int, default=0,
-                   help="also measure this many no-control windows per phase (after the sweep; needs "
-                   "--no-control-out): the baseline `nvmw sim fit` and `nvmw sim check` compare against")
+    p.add_argument("--no-control-windows", type=int_in(0, SWEEP_WINDOWS_MAX), default=0,
+                   help=f"also measure this many no-control windows per phase, at most {SWEEP_WINDOWS_MAX:,} (after "
+                   "the sweep; needs --no-control-out): the baseline `nvmw sim fit` and `nvmw sim check` compare "
+                   "against")
     p.add_argument("--no-control-out", default=None, help="where to write the no-control windows (JSON, "
                    "read like a sweep: rows with 0 interactive and 0 batch threads)")
     p.add_argument("--from-sweep", default=None, help="derive from sweep rows saved by --sweep-out "

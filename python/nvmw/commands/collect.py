@@ -9,11 +9,12 @@ import json
 import time
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import Distinct, check_apart, check_output_file, make_parent, phase_number, positive_int
+from nvmw.commands._args import Distinct, check_apart, check_output_file, episodes_help, int_in, make_parent, phase_number
 from nvmw.commands._args import add_backend_args, add_env_args, env_from_args, runner_from_args
 from nvmw.commands._util import report_stream
 from nvmw.errors import Interrupted
 from nvmw.lab.runs import run_header
+from nvmw.rl.episodes import EPISODES_MAX
 from nvmw.rl.pretrain import collect_transitions, save_transitions
 from nvmw.workloads.phases import DEFAULT_PHASES
 
@@ -22,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("collect", help=SUMMARIES["collect"],
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_env_args(p)
-    p.add_argument("--episodes", type=positive_int, default=150, help="episodes per phase (default %(default)s, as the thesis)")
+    p.add_argument("--episodes", type=int_in(1, EPISODES_MAX), default=150,
+                   help=episodes_help("episodes per phase", "%(default)s, as the thesis", kept=True))
     p.add_argument("--phases", type=phase_number, nargs="+", action=Distinct, default=list(DEFAULT_PHASES),
                    help="phases (default %(default)s)")
     p.add_argument("--out", required=True, help="transitions file to write (.npz)")

@@ -12,12 +12,13 @@ import time
 
 from nvmw.commands import SUMMARIES
 from nvmw.commands._args import (Distinct, add_backend_args, add_env_args, check_apart, check_beside,
-                                 check_output_file, env_from_args, float_in, fraction, make_parent, nonneg_int,
-                                 phase_number, positive_int, runner_from_args)
+                                 check_output_file, env_from_args, episodes_help, float_in, fraction, int_in,
+                                 make_parent, phase_number, runner_from_args)
 from nvmw.commands._util import report_stream
 from nvmw.lab.runs import run_header
-from nvmw.rl.agent import REWARD_TRANSFORMS
-from nvmw.lab.training import (UPDATE_MODES, load_tuned, plot_curve, pretrained_agent, resumed_agent,
+from nvmw.rl.agent import FQI_ITERATIONS_MAX, REWARD_TRANSFORMS
+from nvmw.rl.episodes import EPISODES_MAX
+from nvmw.lab.training import (ROUNDS_MAX, UPDATE_MODES, load_tuned, plot_curve, pretrained_agent, resumed_agent,
                                 train_per_phase)
 from nvmw.rl.policy import policy_path
 from nvmw.rl.pretrain import collect_transitions, load_transitions
@@ -30,14 +31,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_env_args(p)
     p.add_argument("--transitions", default=None, help="pretraining data from `nvmw collect` (default: "
                    "collect --collect-episodes random episodes per phase first)")
-    p.add_argument("--collect-episodes", type=nonneg_int, default=2)
+    p.add_argument("--collect-episodes", type=int_in(0, EPISODES_MAX), default=2,
+                   help=episodes_help("without --transitions or --init-agent: random episodes per phase collected "
+                                      "to pretrain on", "%(default)s", kept=True))
     p.add_argument("--init-agent", default=None, help="continue training this saved agent (skips pretraining; "
                    "its own hyperparameters are kept, --epsilon and the schedule options apply)")
     p.add_argument("--tuned", default=None, help="JSON from `nvmw tune` (per-action model parameters)")
-    p.add_argument("--episodes", type=nonneg_int, default=10, help="Q-learning episodes per phase (default %(default)s; "
-                   "thesis: 700-1000)")
-    p.add_argument("--rounds", type=positive_int, default=1, help="repeat the pass over the phases this many times "
-                   "(interleaves phases so the agent does not forget the first ones)")
+    p.add_argument("--episodes", type=int_in(0, EPISODES_MAX), default=10,
+                   help=episodes_help("Q-learning episodes per phase", "%(default)s; thesis: 700-1000"))
+    p.add_argument("--rounds", type=int_in(1, ROUNDS_MAX), default=1,
+                   help=f"repeat the pass over the phases this many times, at most {ROUNDS_MAX:,} (interleaves "
+                        "phases so the agent does not forget the first ones; each round runs --episodes episodes "
+                        "of every phase, the history keeps about 1 KB per episode) (default %(default)s)")
     p.add_argument("--phases", type=phase_number, nargs="+", action=Distinct, default=list(DEFAULT_PHASES),
                    help="phases (default %(default)s)")
     p.add_argument("--gamma", type=fraction, default=0.95)
@@ -51,14 +56,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reward-transform", choices=REWARD_TRANSFORMS, default="symlog",
                    help="what the Q models learn from: symlog = sign(r) log(1 + |r|) (default), none = the raw "
                         "reward (the thesis); docs/rl.md compares them")
-    p.add_argument("--fqi-iterations", type=nonneg_int, default=0,
-                   help="fitted-Q refits of the bootstrap (0 = thesis: reward regression only)")
+    p.add_argument("--fqi-iterations", type=int_in(0, FQI_ITERATIONS_MAX), default=0,
+                   help=f"fitted-Q refits of the bootstrap, at most {FQI_ITERATIONS_MAX:,}: a refit fits the nine "
+                        "models again on all the transitions, about 25 ms per 1,000 (default %(default)s = thesis: "
+                        "reward regression only)")
     p.add_argument("--update", choices=UPDATE_MODES, default="step",
                    help="step: Algorithm 2's update for every transition (default); episode: one batched update "
                         "per episode, targets from the models before it (~50x cheaper, for hundreds of episodes)")
-    p.add_argument("--batch", type=positive_int, default=None,
-                   help="episodes started at a time with the same agent (default: --workers); part of what "
-                        "the result depends on, with --seed")
+    p.add_argument("--batch", type=int_in(1, EPISODES_MAX), default=None,
+                   help=f"episodes started at a time with the same agent, at most {EPISODES_MAX:,} (two batches' "
+                        "episodes are held at once; one of --episodes or more runs a phase's episodes together) "
+                        "(default: --workers); part of what the result depends on, with --seed")
     add_backend_args(p)
     p.add_argument("--out", required=True, help="agent file to write (.joblib; its greedy policy goes beside it, "
                    "NAME.policy.json, so not a device or FIFO)")

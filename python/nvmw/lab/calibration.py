@@ -16,10 +16,23 @@ from nvmw.control.controllers import Fixed, NoControl, OracleFixed
 from nvmw.control.loop import drive
 from nvmw.control.sla import SLASpec
 from nvmw.rl.envs import ControlEnv
-from nvmw.rl.simrun import WINDOW_S_RANGE
+from nvmw.rl.simrun import WINDOW_S_RANGE, check_count
 from nvmw.workloads.phases import DEFAULT_PHASES
 
 DEFAULT_GRID = (1, 2, 4, 8, 16, 32)
+
+#: The most measured windows per configuration of a sweep (`sweep_env`, `nvmw calibrate
+#: --windows`, and `nvmw sim fit|check --windows` on the simulator), per phase and round of
+#: a confirmation (`confirm_env`, `--confirm-windows`) and per phase of the no-control
+#: baseline (`no_control_windows`, `--no-control-windows`); and the most rounds of a
+#: confirmation (`--confirm-runs`). A window is one --window of real time on the
+#: middleware and keeps a row of about 0.5 KB: the default sweep (216 configurations, 6x6
+#: threads in 6 phases) at the bound is 216,000 windows, 6 hours of 0.1 s windows (2.5
+#: days of 1 s ones) and about 0.1 GB of rows; a confirmation at both bounds is 600,000
+#: windows of six phases (17 hours of 0.1 s windows). Far past any calibration made on
+#: purpose (the defaults are 5 windows, 30 confirmation windows in 4 rounds).
+SWEEP_WINDOWS_MAX = 1_000
+CONFIRM_RUNS_MAX = 100
 
 
 def _drive_windows(env: ControlEnv, make_controller, settle_windows: int, windows: int, obs, info,
@@ -54,7 +67,8 @@ def sweep_env(env: ControlEnv, *, phases: Sequence[int] = DEFAULT_PHASES, grid: 
     phase, `windows` windows each (after `settle_windows` discarded), each configuration a
     fixed controller on the control loop. One row per window:
     phase, interactive_threads, batch_threads, p99_us (interactive), p99_all_us,
-    throughput (all), offered_ops_per_s."""
+    throughput (all), offered_ops_per_s. `windows` is an integer in [1, SWEEP_WINDOWS_MAX]."""
+    windows = check_count(windows, "windows", SWEEP_WINDOWS_MAX)
     rows: list[dict] = []
     configs = list(configs) if configs is not None else list(itertools.product(grid, grid))
     bar = None
@@ -78,7 +92,9 @@ def no_control_windows(env: ControlEnv, *, phases: Sequence[int] = DEFAULT_PHASE
     """The no-control baseline of every phase: `windows` windows (after `settle_windows`
     discarded) of an env built with control=False, reset with seed `seed + phase` as
     `sweep_env` does. Rows as `sweep_env`'s, with 0 interactive and 0 batch threads: what
-    `nvmw sim fit` and `nvmw sim check` read as a no-control run."""
+    `nvmw sim fit` and `nvmw sim check` read as a no-control run. `windows` is an integer
+    in [1, SWEEP_WINDOWS_MAX]."""
+    windows = check_count(windows, "windows", SWEEP_WINDOWS_MAX)
     if env.control:
         raise ValueError("no_control_windows needs an env built with control=False")
     rows: list[dict] = []
@@ -129,7 +145,10 @@ def confirm_env(env: ControlEnv, configs: Mapping[int, tuple[int, int]], *, runs
     a phase's window p99 has bursts that last longer than that: the configuration with the
     smallest quantile is partly the one that ran in the calmest stretch, so its sweep
     windows promise too little. Windows measured after the choice, at other times and on
-    other stretches, do not share that luck."""
+    other stretches, do not share that luck. `runs` is an integer in [1, CONFIRM_RUNS_MAX]
+    and `windows` in [1, SWEEP_WINDOWS_MAX]."""
+    runs = check_count(runs, "runs", CONFIRM_RUNS_MAX)
+    windows = check_count(windows, "windows", SWEEP_WINDOWS_MAX)
     rows: list[dict] = []
     bar = tqdm(total=runs * len(configs), desc="confirm", unit="phase") if progress else None
     for r in range(runs):

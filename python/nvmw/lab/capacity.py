@@ -17,11 +17,15 @@ from typing import Callable, Optional, Sequence
 
 from nvmw.devices import REFERENCE_BYTES, model
 from nvmw.middleware import Middleware
+from nvmw.rl.simrun import check_count
 from nvmw.workloads.capacity import capacity_from_dict
 from nvmw.workloads.ycsb import YcsbConfig, YcsbWorkload
 
 #: Client counts tried for the interactive capacity (the best one counts).
 DEFAULT_CLIENTS = (1, 2, 4, 16, 64)
+#: The most closed-loop clients of one measurement (`nvmw calibrate --capacity-clients`),
+#: as `nvmw ycsb --threads`: one thread each, with its own stack and connection.
+CLIENTS_MAX = 4096
 
 
 def device_bandwidth(device: str, threads: Sequence[int] = range(1, 33), bytes: int = REFERENCE_BYTES) -> dict:
@@ -46,7 +50,9 @@ def interactive_capacity(device: str, *, engine: str = "memory", clients: Sequen
                          records: int = 10_000, seed: int = 1,
                          progress: Optional[Callable[[str], None]] = None) -> dict:
     """Closed-loop YCSB clients (small values, phase-1-like 80/20 reads/updates, zipfian)
-    through a fresh no-control middleware per client count; the best ops/s is the capacity."""
+    through a fresh no-control middleware per client count; the best ops/s is the capacity.
+    Each of `clients` is an integer in [1, CLIENTS_MAX]."""
+    clients = [check_count(n, "clients", CLIENTS_MAX) for n in clients]
     rows = []
     for n in clients:
         with Middleware(None, engine=engine, device=None if device == "none" else device, control=False,
@@ -90,4 +96,4 @@ def measure_capacity(device: str = "optane-1dimm", *, engine: str = "memory",
     return out
 
 
-__all__ = ["DEFAULT_CLIENTS", "device_bandwidth", "interactive_capacity", "measure_capacity"]
+__all__ = ["DEFAULT_CLIENTS", "CLIENTS_MAX", "device_bandwidth", "interactive_capacity", "measure_capacity"]

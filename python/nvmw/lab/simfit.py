@@ -17,17 +17,17 @@ from scipy.stats import spearmanr
 from tqdm.auto import tqdm
 
 from nvmw import jsonfiles
-from nvmw.lab.calibration import sweep_env, windows_by_config
+from nvmw.lab.calibration import SWEEP_WINDOWS_MAX, sweep_env, windows_by_config
 from nvmw.rl.sim import FIT_NAMES, SimEnv, load_params
 
 
 #: The most simulated windows per configuration `simulate_sweep` (`nvmw sim fit|check
-#: --windows`) takes, and the most evaluations `fit` (`--max-evals`) makes. The default
+#: --windows`) takes, SWEEP_WINDOWS_MAX as a calibration sweep's (`nvmw.lab.calibration`),
+#: and the most evaluations `fit` (`--max-evals`) makes. The default
 #: calibration sweep has 216 configurations (6x6 threads in 6 phases), so a sweep at the
 #: windows bound is 216,000 windows (about 0.1 GB of rows, minutes per pass), and a fit at
 #: both bounds would take weeks: far past any fit made on purpose (the defaults are 8 and
 #: 150), near enough that a mistyped number is an error, not a run without end.
-SWEEP_WINDOWS_MAX = 1_000
 FIT_EVALS_MAX = 10_000
 
 

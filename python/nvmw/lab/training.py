@@ -14,8 +14,14 @@ from tqdm.auto import tqdm
 
 from nvmw import jsonfiles
 from nvmw.rl.agent import N_ACTIONS, QLearningAgent, make_pipeline
-from nvmw.rl.episodes import TRAIN, EpisodeRunner, episode_seed
+from nvmw.rl.episodes import EPISODES_MAX, TRAIN, EpisodeRunner, episode_seed
+from nvmw.rl.simrun import check_count
 from nvmw.workloads.phases import DEFAULT_PHASES
+
+#: The most passes over the phases of a training run (`nvmw train --rounds`): enough to
+#: interleave the phases episode by episode for 1,000 episodes per phase. A pass is
+#: `episodes` episodes of every phase, and the history keeps about 1 KB per episode.
+ROUNDS_MAX = 1_000
 
 
 def load_tuned(path: str) -> list:
@@ -74,7 +80,13 @@ def train_per_phase(agent: QLearningAgent, env=None, *, episodes: int, phases: S
     these settings only, not on the backend or the worker count. `update`: "step" applies
     Algorithm 2's update transition by transition after the episode; "episode" updates
     on the whole episode at once (`QLearningAgent.update_batch`: targets from the models
-    before the episode), ~50x cheaper."""
+    before the episode), ~50x cheaper. `episodes` is an integer in [0, EPISODES_MAX],
+    `rounds` in [1, ROUNDS_MAX] and `batch` (when given) in [1, EPISODES_MAX]
+    (`nvmw.rl.episodes.EPISODES_MAX`: a batch that large runs each phase's episodes at once)."""
+    episodes = check_count(episodes, "episodes", EPISODES_MAX, lo=0)
+    rounds = check_count(rounds, "rounds", ROUNDS_MAX)
+    if batch is not None and batch != 0:
+        batch = check_count(batch, "batch", EPISODES_MAX)
     if update not in UPDATE_MODES:
         raise ValueError(f"update must be one of {UPDATE_MODES}, got {update!r}")
     own = runner is None
@@ -207,4 +219,4 @@ def _running(x: np.ndarray, n: int, fn) -> np.ndarray:
     return np.asarray([fn(x[max(0, i - n + 1):i + 1]) for i in range(len(x))], float)
 
 
-__all__ = ["UPDATE_MODES", "pretrained_agent", "resumed_agent", "train_per_phase", "plot_curve"]
+__all__ = ["UPDATE_MODES", "ROUNDS_MAX", "pretrained_agent", "resumed_agent", "train_per_phase", "plot_curve"]

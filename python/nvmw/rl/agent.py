@@ -22,10 +22,16 @@ from tqdm.auto import tqdm
 from nvmw import _core, jsonfiles
 from nvmw.control.loop import drive
 from nvmw.rl.policy import GreedyPolicy, check_layout, save_beside
+from nvmw.rl.simrun import check_count
 
 #: Thesis Table 3.3 actions and Table 3.2 state features, as the core defines them.
 N_ACTIONS = int(_core.N_ACTIONS)
 N_FEATURES = len(_core.STATE_NAMES)
+#: The most fitted-Q refits of a bootstrap (`QLearningAgent.pretrain`, `nvmw train
+#: --fqi-iterations`; the thesis makes none). A refit fits the nine models again on all the
+#: transitions, about 25 ms per 1,000 of them: at the bound over an hour for the 180,000 of
+#: the thesis's collection (150 episodes of 200 steps in six phases).
+FQI_ITERATIONS_MAX = 1_000
 REWARD_TRANSFORMS = ("none", "symlog")
 
 # Table D.2's common choice: degree 2, invscaling, squared loss, elasticnet, alpha 0.01.
@@ -230,7 +236,9 @@ class QLearningAgent:
         Every scaler is fitted on all states; each action's regressor on that action's
         transitions with target = reward (the thesis's bootstrap). ``fqi_iterations`` > 0
         then refits with fitted-Q targets r + gamma max Q(s') that many times (needs
-        next_states). An action with no samples is fitted on all transitions."""
+        next_states), at most FQI_ITERATIONS_MAX. An action with no samples is fitted on all
+        transitions."""
+        fqi_iterations = check_count(fqi_iterations, "fqi_iterations", FQI_ITERATIONS_MAX, lo=0)
         X = np.asarray(states, dtype=np.float64)
         A = _action_indices(actions, self.n_actions)
         R = np.asarray(rewards, dtype=np.float64).ravel()

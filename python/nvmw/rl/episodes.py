@@ -27,8 +27,23 @@ import numpy as np
 from nvmw.control.loop import drive
 from nvmw.rl.agent import N_ACTIONS, N_FEATURES
 from nvmw.rl.registry import make_env
+from nvmw.rl.simrun import check_count
 
 BACKENDS = ("local", "ray")
+
+#: The most episodes per phase of a run (`nvmw collect --episodes`, `nvmw train --episodes
+#: | --collect-episodes | --batch`): 66 times the thesis's 150 random episodes per phase, 10
+#: times its 700-1000 Q-learning ones. An episode of the default 200 steps takes 20 s of
+#: real time on the middleware in 0.1 s windows (at the bound 2.3 days per phase) or about
+#: 0.04 s on the simulator (0.2 s with Q-learning's per-step update); collecting keeps about
+#: 1 KB per step (episodes x phases x steps: 12 million transitions, about 12 GB, for six
+#: phases at the bound and the default steps).
+EPISODES_MAX = 10_000
+
+#: The most workers of a runner (`--workers`): local processes, started all at once, each
+#: with its own environment (about 130 MB with the simulator, so about 33 GB at the bound),
+#: or the CPUs of a local Ray instance.
+WORKERS_MAX = 256
 
 #: The per-step columns an episode returns (transitions plus what the SLA judged).
 EPISODE_KEYS = ("states", "actions", "rewards", "next_states", "terminated", "truncated", "p99_us", "throughput",
@@ -150,10 +165,9 @@ class EpisodeRunner:
                  chunk: int = 1):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        if workers < 1:
-            raise ValueError("workers must be >= 1")
+        workers = check_count(workers, "workers", WORKERS_MAX)
         self.backend = backend
-        self.workers = int(workers)
+        self.workers = workers
         self.env = env
         self.env_kwargs = dict(env_kwargs or {})
         self.chunk = max(1, int(chunk))
@@ -261,5 +275,5 @@ def default_workers() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-__all__ = ["COLLECT", "TRAIN", "BACKENDS", "EPISODE_KEYS", "EpisodeRunner", "episode_seed", "run_episode", "episode_arrays",
-           "default_workers"]
+__all__ = ["COLLECT", "TRAIN", "BACKENDS", "EPISODE_KEYS", "EPISODES_MAX", "WORKERS_MAX", "EpisodeRunner",
+           "episode_seed", "run_episode", "episode_arrays", "default_workers"]

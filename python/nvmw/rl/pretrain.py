@@ -21,7 +21,8 @@ from tqdm.auto import tqdm
 from nvmw import jsonfiles
 from nvmw.errors import Interrupted
 from nvmw.rl.agent import N_ACTIONS, N_FEATURES, learning_reward, make_pipeline, transform_features
-from nvmw.rl.episodes import EPISODE_KEYS, EpisodeRunner, episode_arrays, episode_seed
+from nvmw.rl.episodes import EPISODE_KEYS, EPISODES_MAX, EpisodeRunner, episode_arrays, episode_seed
+from nvmw.rl.simrun import check_count
 from nvmw.workloads.phases import DEFAULT_PHASES
 
 # Table D.1 (scikit-learn spelling: the thesis's 'squared' loss is 'squared_error').
@@ -70,9 +71,9 @@ def collect_transitions(env=None, *, episodes_per_phase: int = 150, phases: Sequ
     `episode_seed(seed, k)` for its reset and its actions, and episodes are gathered in
     that order, so the dataset depends on `seed` only: the same on `env` in this process
     (default) as on any `runner` (`nvmw.rl.episodes.EpisodeRunner`: worker processes or
-    Ray tasks)."""
-    if episodes_per_phase < 1:
-        raise ValueError("episodes_per_phase must be >= 1")
+    Ray tasks). `episodes_per_phase` is an integer in [1, EPISODES_MAX]: every transition
+    is kept until the end, about 1 KB per step."""
+    episodes_per_phase = check_count(episodes_per_phase, "episodes_per_phase", EPISODES_MAX)
     own = runner is None
     if own:
         if env is None:

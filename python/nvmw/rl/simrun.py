@@ -214,6 +214,19 @@ def check_steps(steps: Any, name: str = "steps") -> int:
     return n
 
 
+def check_count(value: Any, name: str, hi: int, lo: int = 1) -> int:
+    """`value` as an int; ValueError naming `name` unless it is an integer in [lo, hi]. The
+    bound of a count option of the lab commands (episodes, rounds, workers, windows per
+    configuration), checked again by the library function that takes it."""
+    try:
+        n = operator.index(value)
+    except TypeError:
+        n = None
+    if n is None or isinstance(value, bool) or not lo <= n <= hi:
+        raise ValueError(f"{name} must be an integer in [{lo}, {hi:,}], got {value!r}")
+    return n
+
+
 def static_config(controller: Any) -> Optional[tuple]:
     """(control, interactive, batch) when `controller` is the name of a static
     configuration in its canonical spelling ("none" -> (False, 15, 15), the threads
@@ -318,4 +331,4 @@ def run_greedy(phase: int, policy: Any, *, windows: int = 10, threads: tuple = (
                     decide=lambda obs: int(policy.greedy_action(obs)))
 
 
-__all__ = ["run_static", "run_greedy", "static_config", "check_windows", "check_steps", "Pcg64"]
+__all__ = ["run_static", "run_greedy", "static_config", "check_windows", "check_steps", "check_count", "Pcg64"]
