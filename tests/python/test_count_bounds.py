@@ -1,22 +1,28 @@
-"""The bounds of the lab commands' counts: `nvmw collect --episodes`, `nvmw train --episodes
-| --collect-episodes | --rounds | --batch | --fqi-iterations`, `--workers` of both, and
-`nvmw calibrate --windows | --confirm-windows | --confirm-runs | --no-control-windows |
---capacity-clients` outside their ranges are usage errors naming the option before anything
-runs (a huge one ran without end, kept every transition until memory ran out, or started a
-process or thread per unit), the bound is in the help, and the library functions behind
-them refuse the same with a ValueError naming the argument."""
+"""The bounds of the commands' counts: `nvmw collect --episodes`, `nvmw train --episodes |
+--collect-episodes | --rounds | --batch | --fqi-iterations`, `--workers` of both, `nvmw
+calibrate --windows | --confirm-windows | --confirm-runs | --no-control-windows |
+--capacity-clients`, `nvmw sweep --reps | --clients | --records`, `nvmw ycsb --records |
+--ops`, `nvmw trace synth --rows | --tasks` and `nvmw bench overhead|engine` outside their
+ranges are usage errors naming the option before anything runs (a huge one ran without end,
+kept every transition, record or row until memory ran out, or started a process or thread
+per unit), the bound is in the help, and the library functions behind them refuse the same
+with a ValueError naming the argument."""
 import numpy as np
 import pytest
 
 from nvmw.cli import main
-from nvmw.commands import calibrate, collect, train
+from nvmw.commands import bench, calibrate, collect, sweep, trace, train, ycsb
 from nvmw.lab.calibration import CONFIRM_RUNS_MAX, SWEEP_WINDOWS_MAX, confirm_env, no_control_windows, sweep_env
 from nvmw.lab.capacity import CLIENTS_MAX, interactive_capacity
+from nvmw.lab.sweep import REPS_MAX, SweepConfig
 from nvmw.lab.training import ROUNDS_MAX, train_per_phase
 from nvmw.rl.agent import FQI_ITERATIONS_MAX, N_ACTIONS, N_FEATURES, QLearningAgent
 from nvmw.rl.episodes import EPISODES_MAX, WORKERS_MAX, EpisodeRunner
 from nvmw.rl.pretrain import collect_transitions
 from nvmw.rl.simrun import check_count
+from nvmw.workloads import traces
+from nvmw.workloads.traces import SVD_TASKS_MAX, SYNTH_ROWS_MAX
+from nvmw.workloads.ycsb import OPERATIONS_MAX, RECORDS_MAX, THREADS_MAX, YcsbConfig
 
 
 class _Ran(Exception):
@@ -29,11 +35,16 @@ def _ran(*args, **kwargs):
 
 @pytest.fixture
 def no_run(monkeypatch, tmp_path):
-    """What collect, train and calibrate run replaced by one that raises _Ran (the env is
-    still built), in an empty working directory."""
+    """What the commands run replaced by one that raises _Ran (the env is still built), in
+    an empty working directory, with PMEM_IS_PMEM_FORCE set (a command that needs it would
+    re-exec itself)."""
+    monkeypatch.setenv("PMEM_IS_PMEM_FORCE", "1")
     for module, name in ((collect, "runner_from_args"), (train, "runner_from_args"),
-                         (calibrate, "sweep_env"), (calibrate, "measure_capacity")):
+                         (calibrate, "sweep_env"), (calibrate, "measure_capacity"), (sweep, "run_sweep"),
+                         (ycsb, "run_ycsb"), (trace, "synth")):
         monkeypatch.setattr(module, name, _ran)
+    monkeypatch.setattr(bench, "_core", type("Core", (), {"run_overhead_bench": staticmethod(_ran),
+                                                          "run_engine_bench": staticmethod(_ran)}))
     monkeypatch.chdir(tmp_path)
 
 
@@ -42,6 +53,11 @@ _COMMANDS = {
     "train": ["train", "--env", "synthetic", "--out", "a.joblib"],
     "calibrate": ["calibrate", "--env", "synthetic", "--out", "s.toml", "--no-control-out", "nc.json"],
     "capacity": ["calibrate", "--capacity"],
+    "sweep": ["sweep", "--out", "sweep-out"],
+    "ycsb": ["ycsb"],
+    "trace synth": ["trace", "synth", "svd", "-o", "t.csv"],
+    "bench overhead": ["bench", "overhead"],
+    "bench engine": ["bench", "engine"],
 }
 
 #: (command, option, lowest, highest)
@@ -59,6 +75,20 @@ _BOUNDS = [
     ("calibrate", "--confirm-runs", 1, CONFIRM_RUNS_MAX),
     ("calibrate", "--no-control-windows", 0, SWEEP_WINDOWS_MAX),
     ("capacity", "--capacity-clients", 1, CLIENTS_MAX),
+    ("sweep", "--reps", 1, REPS_MAX),
+    ("sweep", "--clients", 1, THREADS_MAX),
+    ("sweep", "--ycsb-clients", 1, THREADS_MAX),
+    ("sweep", "--batch-clients", 1, THREADS_MAX),
+    ("sweep", "--records", 1, RECORDS_MAX),
+    ("ycsb", "--records", 1, RECORDS_MAX),
+    ("ycsb", "--ops", 0, OPERATIONS_MAX),
+    ("trace synth", "--rows", 1, SYNTH_ROWS_MAX),
+    ("trace synth", "--tasks", 1, SVD_TASKS_MAX),
+    ("bench overhead", "--ops", 1, bench.OPS_MAX),
+    ("bench overhead", "--async-ops", 1, bench.ASYNC_OPS_MAX),
+    ("bench engine", "--small-keys", 1, bench.SMALL_KEYS_MAX),
+    ("bench engine", "--large-keys", 1, bench.LARGE_KEYS_MAX),
+    ("bench engine", "--runs", 1, bench.RUNS_MAX),
 ]
 
 
@@ -67,6 +97,10 @@ def test_the_bounds():
     # phase), and still a run that ends.
     assert (EPISODES_MAX, WORKERS_MAX, ROUNDS_MAX, FQI_ITERATIONS_MAX) == (10_000, 256, 1_000, 1_000)
     assert (SWEEP_WINDOWS_MAX, CONFIRM_RUNS_MAX, CLIENTS_MAX) == (1_000, 100, 4096)
+    assert (REPS_MAX, THREADS_MAX, RECORDS_MAX, OPERATIONS_MAX) == (100, 4096, 10**8, 10**9)
+    assert (SYNTH_ROWS_MAX, SVD_TASKS_MAX) == (10**8, 100_000)
+    assert (bench.OPS_MAX, bench.ASYNC_OPS_MAX, bench.SMALL_KEYS_MAX, bench.LARGE_KEYS_MAX, bench.RUNS_MAX) == \
+        (10**8, 10**9, 10**7, 4096, 100)
 
 
 @pytest.mark.parametrize("above", [1, 2**63 - 1 - 10_000, 10**20])
@@ -110,7 +144,8 @@ def _option_help(out: str, option: str) -> str:
 @pytest.mark.parametrize("command, option, lo, hi", _BOUNDS)
 def test_the_bound_is_in_the_help(capsys, command, option, lo, hi):
     with pytest.raises(SystemExit):
-        main([_COMMANDS[command][0], "--help"])
+        main([*_COMMANDS[command][:2 if command in ("trace synth", "bench overhead", "bench engine") else 1],
+              "--help"])
     text = _option_help(capsys.readouterr().out, option)
     assert f"at most {hi:,}" in text, text
 
@@ -205,3 +240,26 @@ def test_pretrain_refuses_too_many_fitted_q_iterations():
     actions = np.arange(len(states)) % N_ACTIONS
     with pytest.raises(ValueError, match=r"^fqi_iterations must be an integer in \[0, 1,000\]"):
         QLearningAgent().pretrain(states, actions, np.zeros(len(states)), fqi_iterations=FQI_ITERATIONS_MAX + 1)
+
+
+@pytest.mark.parametrize("name, value", [("reps", 0), ("reps", REPS_MAX + 1), ("ycsb_clients", THREADS_MAX + 1),
+                                         ("batch_clients", THREADS_MAX + 1), ("batch_clients", 2.5)])
+def test_sweep_config_refuses_counts_out_of_range(name, value):
+    with pytest.raises(ValueError, match=rf"^{name} must be an integer in \[1, "):
+        SweepConfig(**{name: value}).validate()
+
+
+@pytest.mark.parametrize("name, value", [("record_count", RECORDS_MAX + 1), ("record_count", -1),
+                                         ("operation_count", OPERATIONS_MAX + 1), ("operation_count", 1.5)])
+def test_ycsb_config_refuses_counts_out_of_range(name, value):
+    with pytest.raises(ValueError, match=rf"^{name} must be an integer in \[0, "):
+        YcsbConfig(**{name: value}).validate()
+
+
+@pytest.mark.parametrize("kind, options", [("azure", {"accesses_per_s": 1e-8}), ("svd", {"task_ms": 1e9})])
+@pytest.mark.parametrize("rows", [0, SYNTH_ROWS_MAX + 1, True])
+def test_synth_refuses_rows_out_of_range_before_building_the_trace(kind, options, rows):
+    # Was: at a fast enough pace, 10^12 rows reserved the whole trace in memory first. (The
+    # slow pace here would be refused for its span if the rows were not refused first.)
+    with pytest.raises(ValueError, match=r"^rows must be an integer in \[1, 100,000,000\]"):
+        traces.synth(kind, rows=rows, **options)

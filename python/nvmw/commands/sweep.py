@@ -8,9 +8,10 @@ import re
 import sys
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import check_output_dir, fraction, int_in, nonneg_int, positive_float, positive_int, window_seconds
+from nvmw.commands._args import check_output_dir, fraction, int_in, nonneg_int, positive_float, window_seconds
 from nvmw.commands._util import ensure_pmem_force, print_json
-from nvmw.lab.sweep import SweepConfig, quick_config, run_sweep
+from nvmw.lab.sweep import REPS_MAX, SweepConfig, quick_config, run_sweep
+from nvmw.workloads.ycsb import RECORDS_MAX, THREADS_MAX
 
 
 def _int_list(text: str) -> tuple:
@@ -38,17 +39,23 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="interactive pool sizes, e.g. 1,2,4 (default 1,2,4,8,16,32)")
     p.add_argument("--grid-b", type=_int_list, default=None,
                    help="batch pool sizes (default 1,2,4,8,16,24,32)")
-    p.add_argument("--reps", type=positive_int, default=None, help="repetitions per configuration (default 3)")
+    p.add_argument("--reps", type=int_in(1, REPS_MAX), default=None,
+                   help=f"repetitions per configuration, at most {REPS_MAX}: a repetition is --duration s of each "
+                        "configuration, so the default 43 at the bound take 6 hours (default 3)")
     p.add_argument("--duration", type=positive_float, default=None, help="seconds per repetition (default 5)")
-    p.add_argument("--clients", type=positive_int, default=None,
-                   help="client threads of YCSB and of the replay each (default 100)")
-    p.add_argument("--ycsb-clients", type=positive_int, default=None)
-    p.add_argument("--batch-clients", type=positive_int, default=None)
+    p.add_argument("--clients", type=int_in(1, THREADS_MAX), default=None,
+                   help=f"client threads of YCSB and of the replay each, at most {THREADS_MAX:,} (default 100)")
+    p.add_argument("--ycsb-clients", type=int_in(1, THREADS_MAX), default=None,
+                   help=f"client threads of YCSB alone, at most {THREADS_MAX:,}")
+    p.add_argument("--batch-clients", type=int_in(1, THREADS_MAX), default=None,
+                   help=f"client threads of the replay alone, at most {THREADS_MAX:,}")
     p.add_argument("--value-size", type=int_in(1, 1 << 30), default=None, help="YCSB value bytes (default 128)")
     p.add_argument("--read-proportion", type=fraction, default=None,
                    help="YCSB reads, rest updates (default 0.5)")
     p.add_argument("--distribution", choices=["zipfian", "uniform", "latest"], default=None)
-    p.add_argument("--records", type=positive_int, default=None, help="YCSB records (default 10000)")
+    p.add_argument("--records", type=int_in(1, RECORDS_MAX), default=None,
+                   help=f"YCSB records, at most {RECORDS_MAX:,}: about 300 B of memory each with 128 B values "
+                        "(default 10000)")
     p.add_argument("--device", choices=["none", "optane-1dimm", "optane-6dimm"], default=None,
                    help="emulated device profile (default none)")
     p.add_argument("--engine", choices=["memory", "pmem"], default=None,

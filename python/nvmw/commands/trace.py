@@ -6,11 +6,11 @@ import argparse
 import sys
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import fraction, int_in, nonneg_int, positive_float, positive_int
+from nvmw.commands._args import fraction, int_in, nonneg_int, positive_float
 from nvmw.commands._util import print_json
 from nvmw.devices import core_file_name
 from nvmw.errors import NvmwError
-from nvmw.workloads.traces import read_trace, synth, trace_stats
+from nvmw.workloads.traces import SVD_TASKS_MAX, SYNTH_ROWS_MAX, read_trace, synth, trace_stats
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,7 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "SVD task-graph I/O in the native format.")
     s.add_argument("kind", choices=["azure", "svd"])
     s.add_argument("-o", "--output", required=True, help="file to write")
-    s.add_argument("--rows", type=positive_int, default=10_000, help="records (default %(default)s)")
+    s.add_argument("--rows", type=int_in(1, SYNTH_ROWS_MAX), default=10_000,
+                   help=f"records, at most {SYNTH_ROWS_MAX:,}: the trace is built whole in memory, about 150 B a "
+                        "record (default %(default)s)")
     s.add_argument("--seed", type=nonneg_int, default=1)
     s.add_argument("--format", choices=["azure", "native"], default=None,
                    help="output format (default: azure for azure, native for svd)")
@@ -39,7 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--max-blob-bytes", type=int_in(0, 1 << 40), default=None,
                    help="clip blob sizes (default 64 MiB; 0 = no clip)")
     v = s.add_argument_group("svd options")
-    v.add_argument("--tasks", type=positive_int, default=None, help="parallel tasks B (default 20)")
+    v.add_argument("--tasks", type=int_in(1, SVD_TASKS_MAX), default=None,
+                   help=f"parallel tasks B, at most {SVD_TASKS_MAX:,} (default 20)")
     v.add_argument("--task-ms", type=positive_float, default=None, help="mean task compute time (default 50)")
     s.set_defaults(func=run_synth)
 

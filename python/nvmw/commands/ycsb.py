@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import add_pool_args, add_store_args, argv_of, float_in, fraction, int_in, nonneg_float, nonneg_int, pool_config, pool_path, positive_int
+from nvmw.commands._args import add_pool_args, add_store_args, argv_of, float_in, fraction, int_in, nonneg_float, nonneg_int, pool_config, pool_path
 from nvmw.commands._util import cores, print_json
 from nvmw.middleware import Middleware
 from nvmw.workloads.traces import MAX_SCHEDULE_S
-from nvmw.workloads.ycsb import YcsbConfig, measure_capacity, run_ycsb
+from nvmw.workloads.ycsb import OPERATIONS_MAX, RECORDS_MAX, YcsbConfig, measure_capacity, run_ycsb
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,8 +19,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "updates and inserts through the middleware; report client-side latency and throughput "
         "per operation type. --capacity instead measures the most ops/s this generator can "
         "issue (no-op engine: direct, no-control, middleware).")
-    p.add_argument("--records", type=positive_int, default=10_000, help="records loaded first (default %(default)s)")
-    p.add_argument("--ops", type=nonneg_int, default=0, help="operations to run, over all threads (0: use --duration)")
+    p.add_argument("--records", type=int_in(1, RECORDS_MAX), default=10_000,
+                   help=f"records loaded first, at most {RECORDS_MAX:,}: about 300 B of memory and 1.2 us of loading "
+                        "each with 128 B values on the memory engine (default %(default)s)")
+    p.add_argument("--ops", type=int_in(0, OPERATIONS_MAX), default=0,
+                   help=f"operations to run, over all threads, at most {OPERATIONS_MAX:,}: about 3 us each on the "
+                        "memory engine with 16 threads, an insert adding a record (0: use --duration)")
     p.add_argument("--duration", type=float_in(0.0, MAX_SCHEDULE_S), default=None,
                    help="seconds to run (default 5 when --ops is not given; with both, first reached ends)")
     p.add_argument("--read-proportion", type=fraction, default=0.5)

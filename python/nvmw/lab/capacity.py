@@ -19,13 +19,13 @@ from nvmw.devices import REFERENCE_BYTES, model
 from nvmw.middleware import Middleware
 from nvmw.rl.simrun import check_count
 from nvmw.workloads.capacity import capacity_from_dict
-from nvmw.workloads.ycsb import YcsbConfig, YcsbWorkload
+from nvmw.workloads.ycsb import THREADS_MAX, YcsbConfig, YcsbWorkload
 
 #: Client counts tried for the interactive capacity (the best one counts).
 DEFAULT_CLIENTS = (1, 2, 4, 16, 64)
 #: The most closed-loop clients of one measurement (`nvmw calibrate --capacity-clients`),
-#: as `nvmw ycsb --threads`: one thread each, with its own stack and connection.
-CLIENTS_MAX = 4096
+#: as `nvmw ycsb --threads`: one thread each, with its own stack.
+CLIENTS_MAX = THREADS_MAX
 
 
 def device_bandwidth(device: str, threads: Sequence[int] = range(1, 33), bytes: int = REFERENCE_BYTES) -> dict:

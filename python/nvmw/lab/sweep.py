@@ -22,12 +22,16 @@ from nvmw import _core, jsonfiles
 from nvmw.errors import Interrupted
 from nvmw.middleware import DEFAULT_MAX_THREADS, Middleware
 from nvmw.workloads import traces
-from nvmw.workloads.ycsb import YcsbConfig, YcsbWorkload
+from nvmw.workloads.ycsb import THREADS_MAX, YcsbConfig, YcsbWorkload
 
 DEFAULT_GRID_I = (1, 2, 4, 8, 16, 32)
 DEFAULT_GRID_B = (1, 2, 4, 8, 16, 24, 32)
 QUICK_GRID_I = (1, 4, 32)
 QUICK_GRID_B = (1, 4, 32)
+#: The most repetitions per configuration (`reps`, `nvmw sweep --reps`): a repetition is
+#: `duration_s` of YCSB beside the batch replay, so the default 43 configurations of 5 s
+#: at the bound take 6 hours.
+REPS_MAX = 100
 DEVICES = ("none", "optane-1dimm", "optane-6dimm")
 
 #: CSV columns, one row per configuration x repetition.
@@ -124,12 +128,11 @@ class SweepConfig:
             if len(set(int(v) for v in grid)) != len(grid):
                 # Each configuration would be swept twice and reported twice under one name.
                 raise ValueError(f"{name} names a pool size more than once: {grid!r}")
-        if self.reps < 1:
-            raise ValueError(f"reps must be >= 1, got {self.reps}")
+        traces.count_in("reps", self.reps, 1, REPS_MAX)
         if not self.duration_s > 0:
             raise ValueError(f"duration_s must be > 0, got {self.duration_s}")
-        if self.ycsb_clients < 1 or self.batch_clients < 1:
-            raise ValueError("ycsb_clients and batch_clients must be >= 1")
+        traces.count_in("ycsb_clients", self.ycsb_clients, 1, THREADS_MAX)
+        traces.count_in("batch_clients", self.batch_clients, 1, THREADS_MAX)
         if not 0 <= self.read_proportion <= 1:
             raise ValueError(f"read_proportion must be in [0, 1], got {self.read_proportion}")
         if self.engine not in ("memory", "pmem"):

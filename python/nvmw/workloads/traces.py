@@ -4,6 +4,7 @@ replay open-loop through a middleware. Thin wrappers over `nvmw._core` (C++)."""
 from __future__ import annotations
 
 import math
+import operator
 import os
 from typing import Any, Optional
 
@@ -20,8 +21,27 @@ CLASSES = ("interactive", "batch", "auto")
 #: commands check it before any work starts.
 MAX_SCHEDULE_S = float(_core.MAX_SCHEDULE_S)
 
+#: The most rows of a synthetic trace (`synth`, `nvmw trace synth --rows`): the trace is
+#: built whole in memory, about 150 B a row (15 GB at the bound), at about 0.4 us a row.
+SYNTH_ROWS_MAX = 100_000_000
+#: The most parallel tasks of the SVD trace (`nvmw trace synth svd --tasks`; the core's
+#: own bound).
+SVD_TASKS_MAX = 100_000
+
 #: Keys of the dict printed by `nvmw trace stats --json` (see docs/workloads-trace.md).
 STATS_KEYS = ("rows", "reads", "writes", "skipped_rows", "bytes_p50", "bytes_p99", "duration_s")
+
+
+def count_in(name: str, value: Any, lo: int, hi: int) -> int:
+    """`value` as an int (also numpy's); ValueError naming `name` unless it is an integer
+    in [lo, hi] (a bool is not one)."""
+    try:
+        n = operator.index(value)
+    except TypeError:
+        n = None
+    if n is None or isinstance(value, bool) or not lo <= n <= hi:
+        raise ValueError(f"{name} must be an integer in [{lo}, {hi:,}], got {value!r}")
+    return n
 
 
 def read_trace(path: str | os.PathLike, format: str = "azure", *, skip_malformed: bool = False,
@@ -44,8 +64,9 @@ def read_trace(path: str | os.PathLike, format: str = "azure", *, skip_malformed
 
 def synth(kind: str, rows: int = 10_000, seed: int = 1, **options: Any) -> "_core.Trace":
     """A synthetic trace: ``"azure"`` (AzureSynthOptions fields as keywords) or ``"svd"``
-    (SvdSynthOptions fields). Same seed, same trace."""
-    opts = dict(options, rows=int(rows), seed=int(seed))
+    (SvdSynthOptions fields). Same seed, same trace. `rows` is an integer in [1,
+    SYNTH_ROWS_MAX]."""
+    opts = dict(options, rows=count_in("rows", rows, 1, SYNTH_ROWS_MAX), seed=int(seed))
     if kind == "azure":
         _check_span(kind, (opts["rows"] - 1) / _number(opts, "accesses_per_s", 36.6),
                     f"{opts['rows']} rows at {_number(opts, 'accesses_per_s', 36.6):g} accesses/s")

@@ -11,11 +11,22 @@ from typing import Any, Iterable, Optional
 from nvmw import _core
 from nvmw.errors import InvalidArgumentError
 from nvmw.middleware import DEFAULT_MAX_THREADS, _integer
-from nvmw.workloads.traces import MAX_SCHEDULE_S
+from nvmw.workloads.traces import MAX_SCHEDULE_S, count_in
 
 DISTRIBUTIONS = ("uniform", "zipfian", "latest")
 CLASSES = ("interactive", "batch", "auto")
 CAPACITY_TARGETS = ("direct", "no-control", "middleware")
+#: The most records a run loads (`record_count`; `nvmw ycsb|sweep --records`): about 300 B
+#: of memory and 1.2 us of loading each with the default 128 B values on the memory engine
+#: (30 GB and two minutes at the bound, more with larger values).
+RECORDS_MAX = 100_000_000
+#: The most operations of a run (`operation_count`; `nvmw ycsb --ops`): about 3 us each
+#: through the middleware on the memory engine with 16 clients (nearly an hour at the bound,
+#: longer on an emulated device); an insert adds a record.
+OPERATIONS_MAX = 1_000_000_000
+#: The most client threads of a command (`nvmw ycsb|replay --threads`, `nvmw sweep
+#: --clients`, `nvmw calibrate --capacity-clients`): a thread each, with its own stack.
+THREADS_MAX = 4096
 #: Longest gap between one thread's paced requests, in ns: the generator staggers up to
 #: 100,000 threads' schedules by that much in int64 nanoseconds (its own check is the same).
 _MAX_GAP_NS = 1e13
@@ -69,6 +80,8 @@ class YcsbConfig:
         total = self.read_proportion + self.update_proportion + self.insert_proportion
         if abs(total - 1.0) > 1e-6:
             raise ValueError(f"read + update + insert proportions must sum to 1, got {total:g}")
+        count_in("record_count", self.record_count, 0, RECORDS_MAX)
+        count_in("operation_count", self.operation_count, 0, OPERATIONS_MAX)
         if self.operation_count <= 0 and self.duration_s <= 0:
             raise ValueError("set operation_count or duration_s")
         if not self.duration_s <= MAX_SCHEDULE_S:
