@@ -7,7 +7,6 @@ well the model ranks configurations (Spearman) and its p99/throughput errors."""
 from __future__ import annotations
 
 import math
-import operator
 import time
 from typing import Any, Mapping, Optional, Sequence
 
@@ -19,6 +18,7 @@ from tqdm.auto import tqdm
 from nvmw import jsonfiles
 from nvmw.lab.calibration import SWEEP_WINDOWS_MAX, sweep_env, windows_by_config
 from nvmw.rl.sim import FIT_NAMES, SimEnv, load_params
+from nvmw.rl.simrun import check_count
 
 
 #: The most simulated windows per configuration `simulate_sweep` (`nvmw sim fit|check
@@ -29,17 +29,6 @@ from nvmw.rl.sim import FIT_NAMES, SimEnv, load_params
 #: both bounds would take weeks: far past any fit made on purpose (the defaults are 8 and
 #: 150), near enough that a mistyped number is an error, not a run without end.
 FIT_EVALS_MAX = 10_000
-
-
-def _check_count(value: Any, name: str, hi: int) -> int:
-    """`value` as an int; ValueError naming `name` unless it is an integer in [1, hi]."""
-    try:
-        n = operator.index(value)
-    except TypeError:
-        n = None
-    if n is None or isinstance(value, bool) or not 1 <= n <= hi:
-        raise ValueError(f"{name} must be an integer in [1, {hi:,}], got {value!r}")
-    return n
 
 
 def per_config(rows: Sequence[Mapping[str, Any]]) -> dict:
@@ -56,7 +45,7 @@ def simulate_sweep(rows_or_configs, params: Mapping, *, window_s: float, windows
     measure; (0, 0) = a no-control run of the phase); returns per_config() of the
     simulated windows. `exact` as SimEnv's (False: fast-forward). `windows` is at most
     SWEEP_WINDOWS_MAX."""
-    windows = _check_count(windows, "windows", SWEEP_WINDOWS_MAX)
+    windows = check_count(windows, "windows", SWEEP_WINDOWS_MAX)
     if isinstance(rows_or_configs, Mapping):
         keys = sorted(rows_or_configs)
     else:
@@ -151,8 +140,8 @@ def fit(rows: Sequence[Mapping[str, Any]], *, window_s: float, device: str = "op
     FIT_NAMES; any of FITTABLE), the others stay at `start`'s values.
     `windows` is at most SWEEP_WINDOWS_MAX and `max_evals` at most FIT_EVALS_MAX.
     Returns {"params", "fit", "run"}."""
-    windows = _check_count(windows, "windows", SWEEP_WINDOWS_MAX)
-    max_evals = _check_count(max_evals, "max_evals", FIT_EVALS_MAX)
+    windows = check_count(windows, "windows", SWEEP_WINDOWS_MAX)
+    max_evals = check_count(max_evals, "max_evals", FIT_EVALS_MAX)
     names = tuple(names)
     bad = sorted(set(names) - set(FITTABLE))
     if bad or not names:

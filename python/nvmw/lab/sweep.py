@@ -22,6 +22,7 @@ from nvmw import _core, jsonfiles
 from nvmw.errors import Interrupted
 from nvmw.middleware import DEFAULT_MAX_THREADS, Middleware
 from nvmw.workloads import traces
+from nvmw.workloads.counts import count_in
 from nvmw.workloads.ycsb import THREADS_MAX, YcsbConfig, YcsbWorkload
 
 DEFAULT_GRID_I = (1, 2, 4, 8, 16, 32)
@@ -128,11 +129,11 @@ class SweepConfig:
             if len(set(int(v) for v in grid)) != len(grid):
                 # Each configuration would be swept twice and reported twice under one name.
                 raise ValueError(f"{name} names a pool size more than once: {grid!r}")
-        traces.count_in("reps", self.reps, 1, REPS_MAX)
+        count_in("reps", self.reps, 1, REPS_MAX)
         if not self.duration_s > 0:
             raise ValueError(f"duration_s must be > 0, got {self.duration_s}")
-        traces.count_in("ycsb_clients", self.ycsb_clients, 1, THREADS_MAX)
-        traces.count_in("batch_clients", self.batch_clients, 1, THREADS_MAX)
+        count_in("ycsb_clients", self.ycsb_clients, 1, THREADS_MAX)
+        count_in("batch_clients", self.batch_clients, 1, THREADS_MAX)
         if not 0 <= self.read_proportion <= 1:
             raise ValueError(f"read_proportion must be in [0, 1], got {self.read_proportion}")
         if self.engine not in ("memory", "pmem"):

@@ -15,7 +15,6 @@ env's control loop does."""
 from __future__ import annotations
 
 import math
-import operator
 import re
 from array import array
 from typing import Any, Callable, Optional
@@ -24,6 +23,7 @@ from nvmw import _core
 from nvmw.control.sla import SLASpec, load_spec
 from nvmw.devices import load_profile
 from nvmw.rl.simparams import load_params
+from nvmw.workloads.counts import count_in
 from nvmw.workloads.phases import list_phases, phase_workloads
 
 _MASK32 = 0xFFFFFFFF
@@ -188,13 +188,7 @@ def check_windows(windows: Any) -> int:
     window, about 0.5 KB each (about 0.5 GB at the bound), and takes about 70 us of wall
     time per fast-forwarded 0.1 s window of phase 1, far more with `exact` or longer
     windows: over a minute at the bound, hours with `exact`."""
-    try:
-        n = operator.index(windows)
-    except TypeError:
-        n = None
-    if n is None or isinstance(windows, bool) or not 0 <= n <= RUN_WINDOWS_MAX:
-        raise ValueError(f"windows must be an integer in [0, {RUN_WINDOWS_MAX:,}], got {windows!r}")
-    return n
+    return count_in("windows", windows, 0, RUN_WINDOWS_MAX)
 
 
 def check_steps(steps: Any, name: str = "steps") -> int:
@@ -205,26 +199,14 @@ def check_steps(steps: Any, name: str = "steps") -> int:
     ones), on the simulator about 0.1-0.3 ms of wall time (fast-forward, 0.1-1 s windows).
     The episode's transitions, or each controller's trace of the long run, take about 0.5 KB
     of memory per step (about 0.5 GB at the bound)."""
-    try:
-        n = operator.index(steps)
-    except TypeError:
-        n = None
-    if n is None or isinstance(steps, bool) or not 1 <= n <= RUN_WINDOWS_MAX:
-        raise ValueError(f"{name} must be an integer in [1, {RUN_WINDOWS_MAX:,}], got {steps!r}")
-    return n
+    return count_in(name, steps, 1, RUN_WINDOWS_MAX)
 
 
 def check_count(value: Any, name: str, hi: int, lo: int = 1) -> int:
     """`value` as an int; ValueError naming `name` unless it is an integer in [lo, hi]. The
     bound of a count option of the lab commands (episodes, rounds, workers, windows per
     configuration), checked again by the library function that takes it."""
-    try:
-        n = operator.index(value)
-    except TypeError:
-        n = None
-    if n is None or isinstance(value, bool) or not lo <= n <= hi:
-        raise ValueError(f"{name} must be an integer in [{lo}, {hi:,}], got {value!r}")
-    return n
+    return count_in(name, value, lo, hi)
 
 
 def static_config(controller: Any) -> Optional[tuple]:

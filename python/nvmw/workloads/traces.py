@@ -4,12 +4,12 @@ replay open-loop through a middleware. Thin wrappers over `nvmw._core` (C++)."""
 from __future__ import annotations
 
 import math
-import operator
 import os
 from typing import Any, Optional
 
 from nvmw import _core
 from nvmw.devices import core_file_name
+from nvmw.workloads.counts import count_in
 
 FORMATS = ("azure", "native")
 SYNTH_KINDS = ("azure", "svd")
@@ -30,18 +30,6 @@ SVD_TASKS_MAX = 100_000
 
 #: Keys of the dict printed by `nvmw trace stats --json` (see docs/workloads-trace.md).
 STATS_KEYS = ("rows", "reads", "writes", "skipped_rows", "bytes_p50", "bytes_p99", "duration_s")
-
-
-def count_in(name: str, value: Any, lo: int, hi: int) -> int:
-    """`value` as an int (also numpy's); ValueError naming `name` unless it is an integer
-    in [lo, hi] (a bool is not one)."""
-    try:
-        n = operator.index(value)
-    except TypeError:
-        n = None
-    if n is None or isinstance(value, bool) or not lo <= n <= hi:
-        raise ValueError(f"{name} must be an integer in [{lo}, {hi:,}], got {value!r}")
-    return n
 
 
 def read_trace(path: str | os.PathLike, format: str = "azure", *, skip_malformed: bool = False,

@@ -11,7 +11,8 @@ from typing import Any, Iterable, Optional
 from nvmw import _core
 from nvmw.errors import InvalidArgumentError
 from nvmw.middleware import DEFAULT_MAX_THREADS, _integer
-from nvmw.workloads.traces import MAX_SCHEDULE_S, count_in
+from nvmw.workloads.counts import count_in
+from nvmw.workloads.traces import MAX_SCHEDULE_S
 
 DISTRIBUTIONS = ("uniform", "zipfian", "latest")
 CLASSES = ("interactive", "batch", "auto")
