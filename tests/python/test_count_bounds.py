@@ -263,3 +263,20 @@ def test_synth_refuses_rows_out_of_range_before_building_the_trace(kind, options
     # slow pace here would be refused for its span if the rows were not refused first.)
     with pytest.raises(ValueError, match=r"^rows must be an integer in \[1, 100,000,000\]"):
         traces.synth(kind, rows=rows, **options)
+
+
+#: (command, option): durations bounded by the longest schedule of the core's generators.
+_DURATIONS = [("sweep", "--duration"), ("capacity", "--capacity-duration")]
+
+
+@pytest.mark.parametrize("command, option", _DURATIONS)
+def test_a_duration_past_the_longest_schedule_is_a_usage_error(no_run, capsys, command, option):
+    # 1e300 s used to get past the parser, to be refused later by the generator's own check.
+    for value in ("1e300", str(traces.MAX_SCHEDULE_S * 2), "0", "-1"):
+        with pytest.raises(SystemExit) as e:
+            main([*_COMMANDS[command], option, value])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert f"argument {option}: {value} is out of range: must be > 0 and <= {traces.MAX_SCHEDULE_S:g}" in err
+    with pytest.raises(_Ran):
+        main([*_COMMANDS[command], option, str(traces.MAX_SCHEDULE_S)])

@@ -19,7 +19,7 @@ from nvmw import jsonfiles
 from nvmw.commands import SUMMARIES
 from nvmw.commands._args import (Distinct, check_apart, check_beside, check_output_file, int_in, make_parent,
                                  open_fraction, phase_number)
-from nvmw.commands._args import add_env_args, argv_of, env_from_args, positive_float
+from nvmw.commands._args import add_env_args, argv_of, env_from_args, float_in
 from nvmw.commands._util import is_stream, report_stream
 from nvmw.lab.calibration import (CONFIRM_RUNS_MAX, SWEEP_WINDOWS_MAX, calibrate, confirm_env, load_confirmation, load_sweep, no_control_windows,
                                   promise_configs, save_oracle, save_sweep, sweep_env)
@@ -27,6 +27,7 @@ from nvmw.lab.capacity import CLIENTS_MAX, DEFAULT_CLIENTS, measure_capacity
 from nvmw.lab.runs import run_header
 from nvmw.middleware import DEFAULT_MAX_THREADS
 from nvmw.workloads.phases import DEFAULT_PHASES
+from nvmw.workloads.traces import MAX_SCHEDULE_S
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,8 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    default=list(DEFAULT_CLIENTS),
                    help=f"--capacity: closed-loop client counts tried, each at most {CLIENTS_MAX:,} client threads, "
                         "as ycsb --threads (default %(default)s)")
-    p.add_argument("--capacity-duration", type=positive_float, default=2.0,
-                   help="--capacity: seconds per client count (default %(default)s)")
+    p.add_argument("--capacity-duration", type=float_in(0.0, MAX_SCHEDULE_S), default=2.0,
+                   help=f"--capacity: seconds per client count, at most {MAX_SCHEDULE_S:g} (the longest schedule "
+                   "of the core's generators) (default %(default)s)")
     p.add_argument("--oracle-out", default=None, help="oracle table JSON to write (default: next to --out, "
                    "NAME.oracle.json for NAME.toml; needed when --out is not a regular file, such as /dev/stdout)")
     p.add_argument("--sweep-out", default=None, help="also write the raw sweep rows (JSON)")

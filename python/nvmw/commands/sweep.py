@@ -8,9 +8,10 @@ import re
 import sys
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import check_output_dir, fraction, int_in, nonneg_int, positive_float, window_seconds
+from nvmw.commands._args import check_output_dir, float_in, fraction, int_in, nonneg_int, positive_float, window_seconds
 from nvmw.commands._util import ensure_pmem_force, print_json
 from nvmw.lab.sweep import REPS_MAX, SweepConfig, quick_config, run_sweep
+from nvmw.workloads.traces import MAX_SCHEDULE_S
 from nvmw.workloads.ycsb import RECORDS_MAX, THREADS_MAX
 
 
@@ -42,7 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reps", type=int_in(1, REPS_MAX), default=None,
                    help=f"repetitions per configuration, at most {REPS_MAX}: a repetition is --duration s of each "
                         "configuration, so the default 43 at the bound take 6 hours (default 3)")
-    p.add_argument("--duration", type=positive_float, default=None, help="seconds per repetition (default 5)")
+    p.add_argument("--duration", type=float_in(0.0, MAX_SCHEDULE_S), default=None,
+                   help=f"seconds per repetition, at most {MAX_SCHEDULE_S:g} (the longest schedule of the core's "
+                   "generators) (default 5)")
     p.add_argument("--clients", type=int_in(1, THREADS_MAX), default=None,
                    help=f"client threads of YCSB and of the replay each, at most {THREADS_MAX:,} (default 100)")
     p.add_argument("--ycsb-clients", type=int_in(1, THREADS_MAX), default=None,
