@@ -13,6 +13,9 @@
 #include <system_error>
 #include <thread>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "middleware/deferred_stop.h"
 #include "middleware/middleware_impl.h"
 #include "util/clock.h"
@@ -105,9 +108,13 @@ Status Middleware::Impl::Start(Engine* engine, int interactive_threads, int batc
       std::lock_guard<std::mutex> lock(mon_mu);
       mon_running = true;
     }
+    // Opened here, not in the monitor thread, so the descriptor exists once Start
+    // returns: a caller counting its descriptors never races the monitor for one.
+    const int loadavg_fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);  // -1: no load figure
     try {
-      monitor = std::thread(&Impl::MonitorMain, this);
+      monitor = std::thread(&Impl::MonitorMain, this, loadavg_fd);
     } catch (const std::system_error& e) {
+      if (loadavg_fd >= 0) ::close(loadavg_fd);
       // std::thread's exception must not escape (it would terminate the process):
       // the workers already started are stopped and joined below.
       {

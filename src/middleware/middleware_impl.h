@@ -316,7 +316,7 @@ struct Middleware::Impl {
   int Threads(int c) const;
   void SampleQueues(int loadavg_fd);
   void CloseWindow(int64_t window_start_ns, int64_t now_ns);
-  void MonitorMain();
+  void MonitorMain(int loadavg_fd);  // owns and closes loadavg_fd (-1: no load figure)
 
   // ---- lifecycle (middleware.cc) ----
   Status CheckOptions() const;

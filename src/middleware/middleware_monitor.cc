@@ -106,14 +106,13 @@ void Middleware::Impl::CloseWindow(int64_t window_start_ns, int64_t now_ns) {
   window_cv.notify_all();
 }
 
-void Middleware::Impl::MonitorMain() {
+void Middleware::Impl::MonitorMain(int loadavg_fd) {
   const int64_t window_ns = std::max<int64_t>(1, std::llround(options.window_s * 1e9));
   const int64_t sample_ns = std::max<int64_t>(
       1, std::llround(std::min(options.queue_sample_s, options.window_s / 4) * 1e9));
   int64_t window_start = start_ns;
   int64_t next_close = start_ns + window_ns;
   int64_t next_sample = start_ns + sample_ns;
-  const int loadavg_fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);  // -1: no load figure
   std::unique_lock<std::mutex> lock(mon_mu);
   while (!mon_stop) {
     const int64_t wake = std::min(next_close, next_sample);
