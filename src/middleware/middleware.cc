@@ -156,7 +156,7 @@ Status Middleware::Impl::StopLocked() {
   stopped = true;
   accepting.store(false, std::memory_order_seq_cst);
   for (Permits& p : permits) p.Close();
-  // Hand-off: every caller that passed the gate finishes enqueuing before we go on.
+  // Every caller that passed the gate finishes enqueuing before we go on.
   while (submitting.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
   // Permits: every accepted request holds a permit or waits for one (and keeps its
   // place: closing refuses only newcomers). Each one runs, and gives its permit back
@@ -171,6 +171,9 @@ Status Middleware::Impl::StopLocked() {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
+  // A thread that handed a permit over, or submitted a task that has run since, may
+  // still be waking a worker under its gate (Dispatch, Submit): wait for it too.
+  while (submitting.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
   if (options.control) {
     {
       std::lock_guard<std::mutex> lock(ctl_mu);

@@ -216,6 +216,13 @@ StatsShard* Middleware::Impl::CallerStripe() {
 }
 
 void Middleware::Impl::Dispatch(PermitWaiter* granted, Task** run_next) {
+  if (granted == nullptr) return;
+  // A task pushed here may run, complete and give its permit back before this thread
+  // has finished waking a worker, and its completion may drop the last reference: the
+  // gate keeps Stop (which waits for it once every permit is back) from freeing the
+  // pools under this thread. Workers need no gate (Stop joins them) but take it too;
+  // this is the contended path only.
+  Gate gate(this);
   while (granted != nullptr) {
     Task* t = static_cast<Task*>(granted);
     granted = granted->next;  // read before handing over: the task may be gone after
@@ -395,6 +402,10 @@ Status Middleware::Impl::Submit(Request&& request, Completion&& done) {
     if (!s.ok()) RecycleAsyncTask(t);
     return s;
   }
+  // The gate covers the push and the wake-up after it: the task may run and its
+  // completion drop the last reference before this thread returns (see Dispatch).
+  Gate gate(this);
+  if (!gate.open) return Status::Shutdown("middleware is not running");
   AsyncTask* t = NewAsyncTask(std::move(request), std::move(done), cls, submit_ns);
   bool granted = false;
   s = AcquireAsync(c, t, &granted);
