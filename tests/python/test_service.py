@@ -338,17 +338,21 @@ def test_stop_from_another_thread_during_start_drains_what_start_started():
 def test_stop_from_the_window_callback(capsys):
     # A stop() from on_window, on the control thread, tried to join that thread: it raised,
     # was taken for a failing window log, and left the metrics endpoint serving.
+    # What it stops is read in the callback: after start() returns, the first window may
+    # already have stopped the service (a caller descheduled for a window and the drain).
     stopped = threading.Event()
+    seen = {}
 
     def on_window(row):
+        seen.update(server=svc.server, metrics_port=svc.metrics_port)
         svc.stop()
         stopped.set()
 
     svc = Service(engine="memory", window_s=0.05, port=0, server_factory=StubServer, metrics_port=0,
                   on_window=on_window)
     svc.start()
-    server, metrics_port = svc.server, svc.metrics_port
     assert stopped.wait(30)
+    server, metrics_port = seen["server"], seen["metrics_port"]
     assert server.events == ["start", "stop"]
     assert svc.server is None and svc.mw is None
     assert wait_until(lambda: not svc._control_thread.is_alive())
