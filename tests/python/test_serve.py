@@ -600,6 +600,17 @@ class Writer(threading.Thread):
             return
 
 
+def wait_for_acks(writers: list, each: int, timeout: float = 60.0) -> None:
+    """Until every writer has `each` acknowledged SETs: the stop then lands among the SETs
+    of all of them, however slowly a loaded machine lets them start."""
+    deadline = time.monotonic() + timeout
+    while not all(len(w.acked) >= each for w in writers):
+        assert all(w.is_alive() for w in writers), "a writer stopped before the server did"
+        assert time.monotonic() < deadline, f"acknowledged SETs after {timeout:.0f} s: " \
+                                            f"{[len(w.acked) for w in writers]}"
+        time.sleep(0.01)
+
+
 def check_acked(port: int, writers: list) -> int:
     r = redis.Redis(host="127.0.0.1", port=port, socket_timeout=60, protocol=2)
     acked = {k: v for w in writers for k, v in w.acked.items()}
@@ -619,12 +630,11 @@ def test_sigterm_drains_and_keeps_every_acknowledged_set(shm_dir):
     writers = [Writer(s.port, f"w{i}") for i in range(4)]
     for w in writers:
         w.start()
-    time.sleep(1.0)
+    wait_for_acks(writers, each=20)
     assert s.terminate() == 0, s.text()
     assert "drained" in s.text()
     for w in writers:
         w.join(timeout=30)
-    assert sum(len(w.acked) for w in writers) > 0
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", s.port), timeout=2).close()  # no longer listening
     again = Served("--engine", "pmem", "--path", pool, "--pool-mb", "256")
@@ -640,11 +650,10 @@ def test_sigkill_during_sets_loses_no_acknowledged_set(shm_dir):
     writers = [Writer(s.port, f"k{i}", value_bytes=size) for i, size in enumerate((64, 512, 4096, 100_000))]
     for w in writers:
         w.start()
-    time.sleep(1.5)
+    wait_for_acks(writers, each=5)
     s.kill()  # SIGKILL
     for w in writers:
         w.join(timeout=30)
-    assert all(len(w.acked) > 0 for w in writers)
     again = Served("--engine", "pmem", "--path", pool, "--pool-mb", "256")
     try:
         assert check_acked(again.port, writers) == sum(len(w.acked) for w in writers)
