@@ -140,6 +140,11 @@ void Middleware::Impl::RecycleAsyncTask(AsyncTask* t) {
   if (!free_tasks->TryPush(t)) delete t;
 }
 
+void Middleware::Impl::RecycleRefused(AsyncTask* t, Completion* done) {
+  *done = std::move(t->done);
+  RecycleAsyncTask(t);
+}
+
 // ---- enqueue ----
 
 Status Middleware::Impl::Refuse(int c, uint64_t capacity) {
@@ -399,7 +404,7 @@ Status Middleware::Impl::Submit(Request&& request, Completion&& done) {
     if (!gate.open) return Status::Shutdown("middleware is not running");
     AsyncTask* t = NewAsyncTask(std::move(request), std::move(done), cls, submit_ns);
     s = Enqueue(t);
-    if (!s.ok()) RecycleAsyncTask(t);
+    if (!s.ok()) RecycleRefused(t, &done);
     return s;
   }
   // The gate covers the push and the wake-up after it: the task may run and its
@@ -408,12 +413,12 @@ Status Middleware::Impl::Submit(Request&& request, Completion&& done) {
   if (!gate.open) return Status::Shutdown("middleware is not running");
   AsyncTask* t = NewAsyncTask(std::move(request), std::move(done), cls, submit_ns);
   bool granted = false;
-  s = AcquireAsync(c, t, &granted);
+  s = AcquireAsync(c, t, &granted, &done);
   if (granted) PushReady(t);
   return s;
 }
 
-Status Middleware::Impl::AcquireAsync(int c, AsyncTask* t, bool* granted) {
+Status Middleware::Impl::AcquireAsync(int c, AsyncTask* t, bool* granted, Completion* done) {
   switch (permits[c].Acquire(t, max_waiters)) {
     case Permits::Admit::kGranted:
       *granted = true;
@@ -421,12 +426,12 @@ Status Middleware::Impl::AcquireAsync(int c, AsyncTask* t, bool* granted) {
     case Permits::Admit::kQueued:
       return Status::OK();  // a released permit will bring it to the workers
     case Permits::Admit::kClosed:
-      RecycleAsyncTask(t);
+      RecycleRefused(t, done);
       return Status::Shutdown("middleware is not running");
     case Permits::Admit::kFull:
       break;
   }
-  RecycleAsyncTask(t);
+  RecycleRefused(t, done);
   return Refuse(c, max_waiters);
 }
 
@@ -489,7 +494,7 @@ Status Middleware::Impl::SubmitOrRun(Request&& request, Completion&& done) {
   }
   AsyncTask* t = NewAsyncTask(std::move(request), std::move(done), cls, submit_ns);
   bool granted = false;
-  s = AcquireAsync(c, t, &granted);
+  s = AcquireAsync(c, t, &granted, &done);
   if (granted) {
     // A permit came free between the two attempts: run it here all the same.
     RunInlineHoldingPermit(c, t->op, cls, t->key, t->value, submit_ns, t->done, t);

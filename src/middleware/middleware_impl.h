@@ -228,12 +228,17 @@ struct Middleware::Impl {
   AsyncTask* NewAsyncTask(Request&& request, Completion&& done, RequestClass cls,
                           int64_t submit_ns);
   void RecycleAsyncTask(AsyncTask* t);
+  // Recycles a refused task and hands its completion back to *done, the caller's: what
+  // it captured (maybe the last reference to this middleware, whose destructor stops
+  // and frees it) then goes once the call has left the middleware, not in here, where
+  // the task free list, the refusal count or the admission gate are still in use.
+  void RecycleRefused(AsyncTask* t, Completion* done);
   // Counts a refused request of class c and says why.
   Status Refuse(int c, uint64_t capacity);
   // Asks for a permit of class c for async task t, queueing it when none is free. Sets
   // *granted (t is the caller's to run) or returns with t queued (OK) or recycled and
-  // refused (Shutdown, or Refuse's status).
-  Status AcquireAsync(int c, AsyncTask* t, bool* granted);
+  // refused (Shutdown, or Refuse's status; its completion back in *done).
+  Status AcquireAsync(int c, AsyncTask* t, bool* granted, Completion* done);
   Status Enqueue(Task* t);
   // Publishes an async task that holds a permit to its class's workers.
   void PushReady(Task* t);

@@ -394,6 +394,75 @@ TEST(CompletionTest, LastReferenceDroppedInsideCompletionInEveryMode) {
   }
 }
 
+// A refused request's completion held the last reference (the application handed its
+// own over with the request): it was destroyed inside the middleware, which then
+// stopped and freed itself on this thread and went on with the freed state (caller-runs
+// SubmitOrRun: a use after free in the task free list), or stopped under the admission
+// gate that this thread held and waited for it forever (hand-off, and caller-runs
+// Submit). Now the middleware hands a refused completion back to the call, which drops
+// it on the way out. The class is full: its one permit (worker) is held by a completion
+// that waits until the middleware has lost its last reference, and queue_capacity
+// requests wait behind it.
+int RefusedCompletionHoldsLastReference(Mode mode, bool submit_or_run) {
+  constexpr int kQueued = 2;
+  auto engine = NewMemoryEngine();
+  MiddlewareOptions o = OnePermitOptions(mode);
+  o.queue_capacity = kQueued;
+  auto holder = std::make_shared<Middleware>(o);
+  std::weak_ptr<Middleware> weak = holder;
+  Middleware* mw = holder.get();
+  CHILD_CHECK(mw->Start(engine.get(), 1, 1).ok());
+  std::atomic<bool> running{false};
+  std::atomic<int> completed{0};
+  CHILD_CHECK(mw->Submit(Req(OpType::kPut, "k0", RequestClass::kInteractive, "v"),
+                         [&](const Status&, std::string&&) {
+                           running.store(true);
+                           WaitUntil([&weak] { return weak.expired(); });
+                           completed.fetch_add(1);
+                         })
+                  .ok());
+  CHILD_CHECK(WaitFor(running));  // hand-off: the worker has taken it off the queue
+  for (int i = 1; i <= kQueued; ++i) {
+    CHILD_CHECK(mw->Submit(Req(OpType::kPut, "k" + std::to_string(i), RequestClass::kInteractive, "v"),
+                           [&](const Status& s, std::string&&) {
+                             if (s.ok()) completed.fetch_add(1);
+                           })
+                    .ok());
+  }
+  std::atomic<bool> called{false};
+  Completion fn = [&called, last = std::move(holder)](const Status&, std::string&&) {
+    called.store(true);
+  };
+  Request r = Req(OpType::kPut, "refused", RequestClass::kInteractive, "v");
+  const Status s = submit_or_run ? mw->SubmitOrRun(std::move(r), std::move(fn))
+                                 : mw->Submit(std::move(r), std::move(fn));
+  // The refused completion's captures went on this thread once the call had left the
+  // middleware: the destructor stopped it here, which ran every accepted request.
+  if (!s.IsOverloaded()) std::fprintf(stderr, "child: %s\n", s.ToString().c_str());
+  CHILD_CHECK(s.IsOverloaded());
+  CHILD_CHECK(weak.expired());
+  CHILD_CHECK(completed.load() == kQueued + 1);
+  CHILD_CHECK(!called.load());
+  std::string v;
+  CHILD_CHECK(engine->Get("k" + std::to_string(kQueued), &v).ok() && v == "v");
+  CHILD_CHECK(engine->Get("refused", &v).IsNotFound());
+  engine.reset();
+  CHILD_CHECK(NoLeaks());
+  return 0;
+}
+
+TEST(CompletionTest, RefusedCompletionHoldingTheLastReferenceIsDroppedOutside) {
+  for (Mode mode : {Mode::kCallerRuns, Mode::kHandOff}) {
+    for (bool submit_or_run : {false, true}) {
+      SCOPED_TRACE(std::string(ModeName(mode)) + (submit_or_run ? " SubmitOrRun" : " Submit"));
+      EXPECT_EQ(InChild([=] { return RefusedCompletionHoldsLastReference(mode, submit_or_run); },
+                        30),
+                0)
+          << kHung;
+    }
+  }
+}
+
 // Stop from inside one of its own completions waited for the permit (or the worker)
 // of the very thread calling it. Now NotSupported, and the middleware keeps running.
 int StopFromOwnCompletion(Mode mode, bool submit_or_run) {
