@@ -8,6 +8,7 @@
 #include <exception>
 #include <functional>
 #include <new>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -504,6 +505,12 @@ Status Middleware::Impl::SubmitOrRun(Request&& request, Completion&& done) {
 
 size_t Middleware::Impl::SubmitOrRunPuts(Request* requests, Completion* done, size_t n,
                                          Status* accepted) {
+  // A completion run here (the group's, or one run by SubmitOrRun) may drop the last
+  // reference, and the stop handed to a thread of its own frees the middleware once
+  // every permit is back, while this call still has requests to take. The gate, which
+  // the stop waits for, keeps it until this call is done.
+  std::optional<Gate> gate;
+  if (n > 1) gate.emplace(this);
   // Which requests join the group: valid Puts of the first valid one's class.
   // (Not thread_local: a completion may call this again on the same thread.)
   std::vector<size_t> members;
