@@ -428,6 +428,49 @@ def test_a_metrics_port_that_is_taken_is_named():
 # --- stdout ------------------------------------------------------------------------------
 
 
+# The command line as `python -m nvmw` runs it, with Service.start() returning only once
+# the window log has taken the first window: the main thread as a loaded machine may
+# leave it, descheduled between starting the service and saying it listens.
+SLOW_ANNOUNCE_LAUNCH = """
+import sys, threading
+from nvmw import cli
+from nvmw.lab import service
+
+start = service.Service.start
+
+def start_then_wait_for_a_window(self):
+    logged = threading.Event()
+    log = self.on_window
+
+    def on_window(row):
+        try:
+            log(row)
+        finally:
+            logged.set()
+
+    self.on_window = on_window
+    start(self)
+    assert logged.wait(60), "no window in 60 s"
+    return self
+
+service.Service.start = start_then_wait_for_a_window
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_the_listening_line_comes_before_the_window_lines():
+    # `nvmw serve --log-windows`: the first line says where it listens, then the windows
+    # from the first (a window that closed before the main thread said so was printed
+    # above it).
+    child = Child("--port", "0", "--engine", "memory", "--window", "0.05", "--log-windows",
+                  launch=SLOW_ANNOUNCE_LAUNCH)
+    child.wait_for(r"^window 2:")
+    assert child.signal(signal.SIGTERM) == 0, child.text()
+    assert child.out[0].startswith("nvmw serve: listening on"), child.text()
+    assert child.out[1].startswith("window 1: "), child.text()
+    assert_no_traceback(child)
+
+
 def test_a_stdout_reader_that_goes_away_does_not_fail_the_drain():
     # `nvmw serve --log-windows | head -2`: the status lines after the reader left are
     # dropped; the drain and its exit status are the same.

@@ -13,6 +13,7 @@ import os
 import resource
 import sys
 import threading
+from typing import Iterator, Optional
 
 from nvmw.stop_signals import StopSignals  # the standard library alone
 
@@ -133,6 +134,34 @@ def _print_window(row: dict) -> None:
           f"throughput {'met' if row['sla_throughput_met'] else 'missed'}")
 
 
+class _WindowLog:
+    """--log-windows: the window lines come after the lines saying where the service
+    listens. The control thread runs once the service has started, before the main thread
+    says so: a window it closes meanwhile is held, and printed after them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: Optional[list] = []  # None once the service has said where it listens
+
+    def window(self, row: dict) -> None:
+        with self._lock:
+            if self._held is not None:
+                self._held.append(row)
+            else:
+                _print_window(row)
+
+    @contextlib.contextmanager
+    def announcing(self) -> Iterator[None]:
+        """Around the lines saying where the service listens; the windows held follow them."""
+        with self._lock:
+            try:
+                yield
+            finally:
+                held, self._held = self._held or [], None
+                for row in held:
+                    _print_window(row)
+
+
 def run(args: argparse.Namespace) -> int:
     global _early_stop
     own_process = _early_stop is not None  # this process runs `nvmw serve` and ends with it
@@ -172,6 +201,7 @@ def _serve(args: argparse.Namespace, signals: StopSignals) -> int:
         return 0
     max_clients = args.max_clients or DEFAULT_MAX_CLIENTS
     _raise_open_file_limit(max_clients)
+    log = _WindowLog()
     with pool_path(args.engine, args.path, argv_of(args), "nvmw-serve-") as path:
         if args.engine == "pmem" and args.path is None:
             print(f"nvmw serve: no --path: a temporary pool {path}, removed at exit", file=sys.stderr)
@@ -184,7 +214,7 @@ def _serve(args: argparse.Namespace, signals: StopSignals) -> int:
                       batch_nice=args.batch_nice, huge_pages=args.huge_pages,
                       protected_mode=protected, group_commit=args.group_commit,
                       group_min_ready=args.group_min_ready,
-                      on_window=_print_window if args.log_windows else None)
+                      on_window=log.window if args.log_windows else None)
 
         def started(s: Service) -> None:
             cap = getattr(s.server, "max_clients", max_clients)
@@ -201,11 +231,12 @@ def _serve(args: argparse.Namespace, signals: StopSignals) -> int:
                     print(f"nvmw serve: warning: listening on {s.bind} without --password and with "
                           f"--protected-mode no: any host that reaches port {s.port} can read and write "
                           f"the store", file=sys.stderr, flush=True)
-            _say(f"nvmw serve: listening on {s.address} (engine {s.engine_name}"
-                 f"{' ' + path if path else ''}, device {s.device}, controller {s.controller_name}, "
-                 f"window {s.window_s:g} s{', AUTH required' if password else ''})")
-            if s.metrics_port is not None:
-                _say(f"nvmw serve: metrics on http://{_url_host(s.bind)}:{s.metrics_port}/metrics")
+            with log.announcing():
+                _say(f"nvmw serve: listening on {s.address} (engine {s.engine_name}"
+                     f"{' ' + path if path else ''}, device {s.device}, controller {s.controller_name}, "
+                     f"window {s.window_s:g} s{', AUTH required' if password else ''})")
+                if s.metrics_port is not None:
+                    _say(f"nvmw serve: metrics on http://{_url_host(s.bind)}:{s.metrics_port}/metrics")
 
         final = run_until_signal(svc, on_start=started, stop=stop)
         if not svc.served:
