@@ -4,7 +4,11 @@
 // Every cell carries a sequence number that tells producers and consumers whose turn it
 // is, so neither side takes a lock and a full queue is detected without blocking (the
 // middleware then answers Overloaded). Any capacity works (cells are indexed modulo the
-// capacity, positions are 64-bit and never wrap in practice).
+// capacity, positions are 64-bit and never wrap in practice). The sequence counts in
+// half steps: the cell of position p is free for it at 2p and holds its item at 2p + 1;
+// a pop frees it for position p + capacity at 2(p + capacity). With whole steps (p,
+// p + 1, p + capacity), a capacity of 1 made "holds the item of p" (p + 1) read as
+// "free for p + 1": a push overwrote an item not yet popped, which was lost.
 //
 // Thread safety: TryPush/TryPop/SizeApprox/LooksEmpty from any number of threads.
 #ifndef NVMW_MIDDLEWARE_BOUNDED_QUEUE_H_
@@ -21,7 +25,7 @@ template <typename T>
 class BoundedQueue {
  public:
   explicit BoundedQueue(size_t capacity) : capacity_(capacity), cells_(new Cell[capacity]) {
-    for (size_t i = 0; i < capacity_; ++i) cells_[i].seq.store(i, std::memory_order_relaxed);
+    for (size_t i = 0; i < capacity_; ++i) cells_[i].seq.store(2 * i, std::memory_order_relaxed);
   }
   BoundedQueue(const BoundedQueue&) = delete;
   BoundedQueue& operator=(const BoundedQueue&) = delete;
@@ -34,11 +38,11 @@ class BoundedQueue {
     for (;;) {
       Cell& cell = cells_[pos % capacity_];
       const uint64_t seq = cell.seq.load(std::memory_order_acquire);
-      const int64_t diff = static_cast<int64_t>(seq - pos);
+      const int64_t diff = static_cast<int64_t>(seq - 2 * pos);
       if (diff == 0) {
         if (tail_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
           cell.item = item;
-          cell.seq.store(pos + 1, std::memory_order_seq_cst);
+          cell.seq.store(2 * pos + 1, std::memory_order_seq_cst);
           return true;
         }
       } else if (diff < 0) {
@@ -55,11 +59,11 @@ class BoundedQueue {
     for (;;) {
       Cell& cell = cells_[pos % capacity_];
       const uint64_t seq = cell.seq.load(std::memory_order_acquire);
-      const int64_t diff = static_cast<int64_t>(seq - (pos + 1));
+      const int64_t diff = static_cast<int64_t>(seq - (2 * pos + 1));
       if (diff == 0) {
         if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
           *item = cell.item;
-          cell.seq.store(pos + capacity_, std::memory_order_release);
+          cell.seq.store(2 * (pos + capacity_), std::memory_order_release);
           return true;
         }
       } else if (diff < 0) {
@@ -77,7 +81,7 @@ class BoundedQueue {
     for (;;) {
       const uint64_t pos = head_.load(std::memory_order_seq_cst);
       const uint64_t seq = cells_[pos % capacity_].seq.load(std::memory_order_seq_cst);
-      const int64_t diff = static_cast<int64_t>(seq - (pos + 1));
+      const int64_t diff = static_cast<int64_t>(seq - (2 * pos + 1));
       if (diff == 0) return false;
       if (diff < 0) return true;
     }
