@@ -66,18 +66,22 @@ void Permits::AdmitLocked(PermitWaiter** head, PermitWaiter** tail) {
   }
 }
 
-PermitWaiter* Permits::ReleaseSlow() {
+bool Permits::ReleaseSlow(PermitWaiter** granted_out) {
   PermitWaiter* granted = nullptr;
   PermitWaiter* granted_tail = nullptr;
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t cur = word_.load(std::memory_order_relaxed);
+  // The waiter seen by the fast path left meanwhile (a release handed it a permit).
+  // Giving this permit back here could leave none in use while this thread still reads
+  // the word and unlocks the mutex, after its owner may have freed them.
+  if (Waiters(cur) == 0) return false;
   for (;;) {
     const bool hand_over =
         Waiters(cur) > 0 &&
         InUse(cur) <= static_cast<uint64_t>(limit_.load(std::memory_order_relaxed));
     // Hand over: the permit stays in use and the oldest waiter leaves the FIFO with it.
-    // Otherwise (nobody waits any more, or a shrink left us above the limit) the
-    // permit is given back.
+    // Otherwise (a shrink left us above the limit) the permit is given back, and the
+    // waiters still counted keep the word from looking idle.
     const uint64_t next = hand_over ? cur - kWaiterOne : cur - 1;
     if (word_.compare_exchange_weak(cur, next, std::memory_order_acq_rel,
                                     std::memory_order_relaxed)) {
@@ -86,7 +90,8 @@ PermitWaiter* Permits::ReleaseSlow() {
     }
   }
   AdmitLocked(&granted, &granted_tail);
-  return granted;
+  *granted_out = granted;
+  return true;
 }
 
 void Permits::Open() { word_.fetch_and(~kClosedBit, std::memory_order_acq_rel); }

@@ -83,15 +83,22 @@ class Permits {
   // Gives back one permit. Returns the waiters that hold a permit now (oldest first,
   // linked through `next`, nullptr when none): the one handed the released permit, plus
   // any that room under the limit admits. The caller must dispatch each one.
+  // Once the word shows every permit back, the owner may free this (the middleware's
+  // Stop does): a release touches nothing after the step that gives its permit back.
   PermitWaiter* Release() {
     uint64_t cur = word_.load(std::memory_order_relaxed);
-    while ((cur & kWaiterMask) == 0) {
-      if (word_.compare_exchange_weak(cur, cur - 1, std::memory_order_release,
-                                      std::memory_order_relaxed)) {
-        return nullptr;
+    for (;;) {
+      if ((cur & kWaiterMask) == 0) {
+        if (word_.compare_exchange_weak(cur, cur - 1, std::memory_order_release,
+                                        std::memory_order_relaxed)) {
+          return nullptr;
+        }
+        continue;
       }
+      PermitWaiter* granted = nullptr;
+      if (ReleaseSlow(&granted)) return granted;
+      cur = word_.load(std::memory_order_relaxed);
     }
-    return ReleaseSlow();
   }
 
   // Opens admission (the limit is whatever SetLimit last set; 0 at first).
@@ -118,7 +125,11 @@ class Permits {
   static uint64_t Waiters(uint64_t w) { return (w & kWaiterMask) >> kWaiterShift; }
 
   Admit AcquireSlow(PermitWaiter* w, uint64_t max_waiters);
-  PermitWaiter* ReleaseSlow();
+  // Under the mutex, while anyone waits: hands the permit over (or, above the limit,
+  // gives it back) and sets *granted; the word keeps a waiter or a permit in use until
+  // the mutex is released. False, changing nothing, when nobody waits any more: the
+  // permit then goes back outside the mutex, by the fast path.
+  bool ReleaseSlow(PermitWaiter** granted);
   // Moves the FIFO's head to the granted list. mu_ held.
   PermitWaiter* PopLocked();
   // While waiters wait and the limit leaves room, grants permits to the oldest. mu_ held.

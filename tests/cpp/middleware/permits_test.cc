@@ -118,6 +118,44 @@ TEST(PermitsTest, GrowAdmitsWaitersAtOnceAndShrinkWaitsForReleases) {
 
 // Many threads acquire and release; a granted waiter is told through an atomic flag.
 // The number holding a permit never exceeds the limit, and every acquisition is served.
+// Once the word shows every permit back (what Stop waits for before it frees the
+// middleware), no Release may touch the permits any more. Two holders release at once
+// with one waiter queued; the one handed the waiter's permit gives it back at once. A
+// release that saw the waiter, then found it gone under the mutex, gave its permit back
+// there and went on reading the word and unlocking the mutex after the last permit was
+// back: here the permits are freed as soon as they look idle, and ThreadSanitizer saw
+// the free race with those reads (in a few of the rounds).
+TEST(PermitsTest, NoReleaseTouchesThePermitsOnceAllAreBack) {
+  constexpr int kRounds = 2000;
+  for (int round = 0; round < kRounds; ++round) {
+    auto* p = new Permits;
+    p->SetLimit(2);
+    p->Open();
+    PermitWaiter a, b, w;
+    ASSERT_EQ(p->Acquire(&a, 8), Permits::Admit::kGranted);
+    ASSERT_EQ(p->Acquire(&b, 8), Permits::Admit::kGranted);
+    ASSERT_EQ(p->Acquire(&w, 8), Permits::Admit::kQueued);
+    std::atomic<int> ready{0};
+    std::atomic<bool> wrong{false};
+    auto holder = [&] {
+      ready.fetch_add(1);
+      while (ready.load() < 2) {
+      }
+      PermitWaiter* granted = p->Release();
+      if (granted != nullptr) {
+        if (granted != &w || granted->next != nullptr) wrong.store(true);
+        (void)p->Release();  // the waiter's request ran at once
+      }
+    };
+    std::thread t1(holder), t2(holder);
+    while (!p->Idle()) std::this_thread::yield();
+    delete p;
+    t1.join();
+    t2.join();
+    ASSERT_FALSE(wrong.load());
+  }
+}
+
 TEST(PermitsTest, ConcurrentHoldersNeverExceedTheLimit) {
   struct Waiter : PermitWaiter {
     std::atomic<bool> granted{false};
