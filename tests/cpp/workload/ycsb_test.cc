@@ -220,7 +220,7 @@ TEST(YcsbGenerator, DurationEndsTheRun) {
   EXPECT_EQ(sum, r.all.ops);
 }
 
-TEST(YcsbGenerator, PacingIssuesTheScheduledCount) {
+TEST(YcsbGenerator, PacingIssuesNoMoreThanTheSchedule) {
   auto db = NewNoopEngine();
   YcsbOptions o = SmallOptions();
   o.operation_count = 0;
@@ -229,8 +229,11 @@ TEST(YcsbGenerator, PacingIssuesTheScheduledCount) {
   YcsbGenerator gen(o, db.get());
   YcsbResults r;
   ASSERT_TRUE(gen.Run(&r).ok());
-  // The schedule alone fixes the count: 250 due times per thread before the deadline.
-  EXPECT_GE(r.all.ops, 990u);
+  // At most one request per due time before the deadline: 250 per thread (unpaced, the
+  // no-op engine takes millions). Not at least: a client still behind its schedule when
+  // the clock passes the deadline stops there, and how far behind a descheduled client
+  // is depends on the machine (981 and 669 were seen on two loaded cores). That every
+  // due request is issued when no deadline cuts the run: PacingSlowsAnOpCountRun.
   EXPECT_LE(r.all.ops, 1004u);
 }
 
