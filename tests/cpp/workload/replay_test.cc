@@ -108,6 +108,10 @@ TEST(Replay, LatencyCountsFromTheScheduleNotFromTheIssue) {
   // client falls behind and record i completes no earlier than 20 (i + 1) ms, so its
   // latency from the schedule is >= 10 i + 20 ms. A closed-loop measurement (from the
   // issue) would report only the 20 ms service time and hide the backlog.
+  // Only bounds that follow from the schedule and the sleeps, no ratio of two measured
+  // times: how far a sleep overruns on a loaded machine varies (a 20 ms sleep that took
+  // over 90 ms made the service p99 more than a third of the maximum latency, in 5 of 30
+  // runs on two loaded cores).
   Fixture f(true, std::chrono::microseconds(20000));
   Trace t = MakeTrace(10, 10.0, 10);
   ReplayOptions o;
@@ -119,9 +123,11 @@ TEST(Replay, LatencyCountsFromTheScheduleNotFromTheIssue) {
   ASSERT_EQ(r.all.ops, 10u);
   EXPECT_GE(r.all.max_us, 110000 * 0.99);   // last record: >= 10*9 + 20 ms
   EXPECT_GE(r.all.service_mean_us, 20000 * 0.99);
-  EXPECT_GT(r.all.max_us, 3 * r.all.service_p99_us);
   EXPECT_GE(r.lag_p99_us, 50000);           // the client issued records late
-  EXPECT_GE(r.all.mean_us, r.all.service_mean_us);
+  // Each latency is its service time plus its lag (issue - due), and record i was issued
+  // at least 10 i ms late: on average latency exceeds service time by >= 45 ms (closed
+  // loop: by nothing).
+  EXPECT_GE(r.all.mean_us - r.all.service_mean_us, 45000 * 0.99);
 }
 
 TEST(Replay, PreloadMakesReadsHit) {
