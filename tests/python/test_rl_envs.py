@@ -213,12 +213,22 @@ def test_real_env_steps_report_window_stats(real_env):
     assert info["stats"]["batch"]["mean_block_bytes"] == pytest.approx(4096, rel=0.01)
 
 
+def step_until_requests(env, action: int, steps: int = 200) -> dict:
+    """The info of the first step whose window has requests: the workload's clients may
+    have none in a 0.05 s window on a loaded machine (they catch up in the next)."""
+    for _ in range(steps):
+        info = env.step(action)[4]
+        if info["stats"]["all"]["ops"] > 0:
+            return info
+    pytest.fail(f"no requests in {steps} windows")
+
+
 def test_real_env_no_control_mode():
     env = RealEnv(2, window_s=0.05, control=False, sla=load_spec("thesis"))
     try:
         env.reset(seed=0)
-        obs, _, _, _, info = env.step(5)  # actions are ignored without pools
-        assert info["control"] is False and info["stats"]["all"]["ops"] > 0
+        info = step_until_requests(env, 5)  # actions are ignored without pools
+        assert info["control"] is False
     finally:
         env.close()
 
@@ -233,6 +243,6 @@ def test_real_env_pause_stops_the_workload_and_switch_resumes(real_env):
     idle = real_env.mw.wait_for_window(real_env.mw.wait_for_window(seq, 5.0)["seq"], 5.0)
     assert idle["all"]["ops"] == 0
     real_env.switch_phase(4)  # restarts the workload, skips the windows closed while paused
-    _, _, _, _, info = real_env.step(0)
+    info = step_until_requests(real_env, 0)
     assert info["phase"] == 4 and real_env.threads == (3, 2)
-    assert info["stats"]["all"]["ops"] > 0 and info["stats"]["seq"] > idle["seq"]
+    assert info["stats"]["seq"] > idle["seq"]
