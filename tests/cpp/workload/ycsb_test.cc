@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <numeric>
 #include <thread>
 #include <vector>
 
+#include "test_util.h"
 #include "workload/ycsb_generators.h"
 
 namespace nvmw {
@@ -286,18 +288,44 @@ TEST(YcsbGenerator, RunsThroughBothMiddlewareModes) {
   }
 }
 
+// Wraps an engine and counts the reads and writes it is asked for.
+class CountingEngine : public Engine {
+ public:
+  explicit CountingEngine(std::unique_ptr<Engine> base) : base_(std::move(base)) {}
+  Status Get(std::string_view key, const ValueFn& fn) override {
+    ops_.fetch_add(1);
+    return base_->Get(key, fn);
+  }
+  Status Put(std::string_view key, std::string_view value) override {
+    ops_.fetch_add(1);
+    return base_->Put(key, value);
+  }
+  Status Remove(std::string_view key) override { return base_->Remove(key); }
+  Status Exists(std::string_view key) override { return base_->Exists(key); }
+  uint64_t Count() override { return base_->Count(); }
+  const char* Name() const override { return "counting"; }
+  uint64_t ops() const { return ops_.load(); }
+
+ private:
+  std::unique_ptr<Engine> base_;
+  std::atomic<uint64_t> ops_{0};
+};
+
 TEST(YcsbGenerator, BackgroundStartStopJoin) {
-  auto db = NewMemoryEngine();
+  CountingEngine db(NewMemoryEngine());
   YcsbOptions o = SmallOptions();
   o.operation_count = 0;
   o.duration_s = 60;  // only Stop() ends this run
-  YcsbGenerator gen(o, db.get());
+  YcsbGenerator gen(o, &db);
   ASSERT_TRUE(gen.Load().ok());
+  const uint64_t loaded = db.ops();
   ASSERT_TRUE(gen.Start().ok());
   EXPECT_TRUE(gen.running());
   YcsbResults r;
   EXPECT_FALSE(gen.Results(&r).ok());  // not joined yet
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Stopped once a client has issued a request (after a fixed 50 ms, a loaded machine
+  // could still be starting the clients, and the run had none).
+  ASSERT_TRUE(testing::WaitUntil([&] { return db.ops() > loaded; }));
   gen.Stop();
   ASSERT_TRUE(gen.Join().ok());
   EXPECT_FALSE(gen.running());
