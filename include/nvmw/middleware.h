@@ -149,9 +149,11 @@ class Middleware {
 
   // Asynchronous: OK when accepted (done will run exactly once, on a worker of the
   // class once a permit is free), Overloaded when the class queue is full, Shutdown when not running, InvalidArgument for a bad request
-  // (done is not called on a non-OK return). In no-control mode the request runs
-  // inline and may wait for a permit, except from inside one of this middleware's
-  // completions: there it runs only if a permit is free, else Overloaded.
+  // (done is not called on a non-OK return; it is destroyed as the call returns, after
+  // the call has left the middleware, so it may hold the last reference to it). In
+  // no-control mode the request runs inline and may wait for a permit, except from
+  // inside one of this middleware's completions: there it runs only if a permit is
+  // free, else Overloaded.
   Status Submit(Request request, Completion done);
 
   // Non-blocking submission for an event loop (the Redis-protocol server): never waits
