@@ -46,9 +46,19 @@ class Child:
 
     def __init__(self, *args: str, preexec_fn=None, launch=None, env=None):
         head = ["-c", launch] if launch else ["-m", "nvmw"]
+
+        def preexec() -> None:
+            # The stop signals start at their defaults whatever this test run inherited (a
+            # run under nohup ignores SIGHUP, a shell's background job SIGINT, and the
+            # service keeps an inherited ignore); then the test's own set-up.
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_DFL)
+            if preexec_fn is not None:
+                preexec_fn()
+
         self.proc = subprocess.Popen([sys.executable, *head, "serve", *args], env=env or child_env(),
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     preexec_fn=preexec_fn)
+                                     preexec_fn=preexec)
         self.out: list = []
         self.err: list = []
         self._threads = [threading.Thread(target=self._pump, args=(f, buf), daemon=True)
