@@ -247,6 +247,9 @@ Status Middleware::SetThreads(int interactive, int batch) {
 }
 
 void Middleware::GetThreads(int* interactive, int* batch) const {
+  // Under ctl_mu, which a resize holds while it changes both classes one after the
+  // other: read without it, the pair could be half of one resize and half of the next.
+  std::lock_guard<std::mutex> lock(impl_->ctl_mu);
   if (interactive != nullptr) *interactive = impl_->Threads(0);
   if (batch != nullptr) *batch = impl_->Threads(1);
 }

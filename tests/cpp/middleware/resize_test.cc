@@ -213,5 +213,37 @@ TEST_P(ResizeTest, ShrinkWithDeepQueueStillDrains) {
   EXPECT_EQ(engine.puts(), static_cast<uint64_t>(kN + 1));
 }
 
+// A reader of the thread counts sees one resize's pair or the next one's, never one class
+// already resized and the other not (read without the resize's lock it saw (3, 15) and
+// (15, 2) between (15, 15) and (3, 2)).
+TEST_P(ResizeTest, ThreadCountsAreReadAsAPair) {
+  TestEngine engine;
+  MiddlewareOptions o;
+  o.execution = GetParam();
+  o.max_threads = 15;
+  o.window_s = 60;
+  Middleware mw(o);
+  ASSERT_TRUE(mw.Start(&engine, 3, 2).ok());
+  std::atomic<bool> stop{false};
+  std::thread resizer([&] {
+    for (int i = 0; i < (kSanitized ? 300 : 2000) && !stop.load(); ++i) {
+      EXPECT_TRUE(mw.SetThreads(15, 15).ok());
+      EXPECT_TRUE(mw.SetThreads(3, 2).ok());
+    }
+    stop.store(true);
+  });
+  int torn = 0, seen = 0;
+  while (!stop.load()) {
+    int interactive = 0, batch = 0;
+    mw.GetThreads(&interactive, &batch);
+    ++seen;
+    const bool whole = (interactive == 3 && batch == 2) || (interactive == 15 && batch == 15);
+    if (!whole && torn++ == 0) ADD_FAILURE() << "read (" << interactive << ", " << batch << ")";
+  }
+  resizer.join();
+  EXPECT_EQ(torn, 0) << "of " << seen << " reads";
+  ASSERT_TRUE(mw.Stop().ok());
+}
+
 }  // namespace
 }  // namespace nvmw
