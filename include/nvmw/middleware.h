@@ -183,6 +183,9 @@ class Middleware {
 
   // Last closed window (seq 0 and zeros before the first window closes).
   WindowStats GetStats() const;
+  // The class's requests summed over every window closed since Start (kAuto: both
+  // classes), whichever of them a caller of GetStats or WaitForWindow saw.
+  ClassTotals Totals(RequestClass cls) const;
   // Thesis Table 3.2 state, taken from the last closed window plus current threads.
   State GetState() const;
   // Blocks until a window with seq > after_seq has closed (or timeout), stores it.

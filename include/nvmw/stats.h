@@ -68,6 +68,16 @@ inline constexpr std::array<ClassStatField, kNumClassStatFields> kClassStatField
     {"threads", &ClassStats::threads},
 }};
 
+// A class's requests since Middleware::Start, summed over every closed window: the counts
+// a reader that skipped windows (it reads only the last one) would otherwise miss.
+struct ClassTotals {
+  uint64_t windows = 0;   // windows closed
+  uint64_t ops = 0;       // requests completed
+  uint64_t errors = 0;    // completed with a non-OK, non-NotFound status
+  uint64_t rejected = 0;  // refused with Overloaded
+  double latency_s = 0;   // sum of the completed requests' latencies
+};
+
 struct WindowStats {
   uint64_t seq = 0;         // 1 for the first closed window, then +1 per window
   double start_s = 0;       // window start, seconds since Middleware::Start

@@ -292,6 +292,12 @@ class Middleware:
         "all"}``; each class dict has the keys in :data:`CLASS_STAT_KEYS`."""
         return self.core.get_stats()
 
+    def totals(self) -> dict:
+        """Every window closed since start, summed: ``{"interactive", "batch", "all"}``, each
+        ``{"windows", "ops", "errors", "rejected", "latency_s"}``. Counts a reader of
+        :meth:`get_stats` or :meth:`wait_for_window` cannot miss by reading too seldom."""
+        return self.core.totals()
+
     def wait_for_window(self, after_seq: int, timeout_s: float = 60.0) -> dict:
         """Block until a window with ``seq > after_seq`` closes; return its stats."""
         after_seq = _c_int("after_seq", after_seq, _UINT64)

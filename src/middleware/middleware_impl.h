@@ -164,6 +164,7 @@ struct Middleware::Impl {
   bool mon_stop = false;              // guarded by mon_mu
   bool mon_running = false;           // guarded by mon_mu
   WindowStats last;                   // guarded by mon_mu
+  ClassTotals totals[kClasses];       // guarded by mon_mu: every window closed so far
   // Queue samples of the open window (monitor thread only).
   double queue_sample_sum[kClasses] = {0, 0};
   uint64_t queue_samples = 0;

@@ -102,6 +102,15 @@ void Middleware::Impl::CloseWindow(int64_t window_start_ns, int64_t now_ns) {
     std::lock_guard<std::mutex> lock(mon_mu);
     w.seq = last.seq + 1;
     last = w;
+    for (int c = 0; c < kClasses; ++c) {
+      const ClassStats& s = c == 0 ? w.interactive : w.batch;
+      ClassTotals& t = totals[c];
+      t.windows = w.seq;
+      t.ops += s.ops;
+      t.errors += s.errors;
+      t.rejected += s.rejected;
+      t.latency_s += s.mean_us * static_cast<double>(s.ops) / 1e6;
+    }
   }
   window_cv.notify_all();
 }
@@ -151,6 +160,18 @@ void Middleware::Impl::MonitorMain(int loadavg_fd) {
 WindowStats Middleware::GetStats() const {
   std::lock_guard<std::mutex> lock(impl_->mon_mu);
   return impl_->last;
+}
+
+ClassTotals Middleware::Totals(RequestClass cls) const {
+  std::lock_guard<std::mutex> lock(impl_->mon_mu);
+  if (cls != RequestClass::kAuto) return impl_->totals[static_cast<int>(cls)];
+  ClassTotals sum = impl_->totals[0];
+  const ClassTotals& b = impl_->totals[1];
+  sum.ops += b.ops;
+  sum.errors += b.errors;
+  sum.rejected += b.rejected;
+  sum.latency_s += b.latency_s;
+  return sum;
 }
 
 State Middleware::GetState() const {

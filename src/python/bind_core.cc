@@ -781,6 +781,26 @@ void BindCore(nb::module_& m) {
           "(NotSupportedError: it would wait for the permit its own thread holds).")
       .def("get_stats",
            [](PyMiddleware& self) { return StatsToDict(AcquireMiddleware(self, "get_stats")->GetStats()); })
+      .def("totals",
+           [](PyMiddleware& self) {
+             std::shared_ptr<Middleware> mw = AcquireMiddleware(self, "totals");
+             nb::dict d;
+             const std::pair<const char*, RequestClass> classes[] = {
+                 {"interactive", RequestClass::kInteractive},
+                 {"batch", RequestClass::kBatch},
+                 {"all", RequestClass::kAuto}};
+             for (const auto& [name, cls] : classes) {
+               const ClassTotals t = mw->Totals(cls);
+               nb::dict c;
+               c["windows"] = t.windows;
+               c["ops"] = t.ops;
+               c["errors"] = t.errors;
+               c["rejected"] = t.rejected;
+               c["latency_s"] = t.latency_s;
+               d[name] = c;
+             }
+             return d;
+           })
       .def("get_state",
            [](PyMiddleware& self) {
              State st = AcquireMiddleware(self, "get_state")->GetState();

@@ -92,6 +92,24 @@ def test_window_stats_have_documented_keys_and_count_requests():
             assert set(nvmw.CLASS_STAT_KEYS) <= set(windows[-1][cls])
 
 
+def test_totals_count_every_window_without_reading_any():
+    with nvmw.Middleware(engine="memory", window_s=0.02) as m:
+        assert m.totals()["all"] == {"windows": 0, "ops": 0, "errors": 0, "rejected": 0, "latency_s": 0.0}
+        for i in range(50):
+            m.put(f"t{i}", b"v", cls="batch")
+            m.get(f"t{i}", cls="interactive")
+            if i % 10 == 0:
+                time.sleep(0.03)  # the requests spread over several windows
+        deadline = time.monotonic() + 60
+        while m.totals()["all"]["ops"] < 100 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        t = m.totals()
+    assert (t["interactive"]["ops"], t["batch"]["ops"], t["all"]["ops"]) == (50, 50, 100)
+    assert t["all"]["windows"] >= 2 and t["all"]["errors"] == 0 and t["all"]["rejected"] == 0
+    assert t["all"]["latency_s"] == pytest.approx(t["interactive"]["latency_s"] + t["batch"]["latency_s"])
+    assert t["batch"]["latency_s"] > 0
+
+
 def test_stats_describe_the_workload(mw):
     stop, writing = threading.Event(), threading.Event()
 

@@ -139,6 +139,31 @@ def test_metrics_are_valid_prometheus_text_with_live_values():
     assert 'controller="fixed-I4B3"' in text and 'engine="memory"' in text
 
 
+def test_metric_counts_include_the_windows_a_slow_controller_did_not_read():
+    # The control loop reads only the last closed window; one that takes longer than a
+    # window skips some. The counts since start must still hold every request.
+    slow = lambda row: time.sleep(0.25)  # noqa: E731  (5 windows of 0.05 s per read)
+    svc = Service(engine="memory", window_s=0.05, controller="fixed:4,3", port=0, server_factory=StubServer,
+                  on_window=slow)
+    svc.start()
+    try:
+        for n in range(40):  # spread over about 40 windows
+            for k in range(5):
+                svc.mw.put(f"b{n}.{k}".encode(), b"x", cls="batch")
+            time.sleep(0.05)
+        svc.mw.put(b"i", b"x", cls="interactive")
+        assert wait_until(lambda: metric(svc.metrics_text().decode(),
+                                         'nvmw_request_latency_seconds_count{class="all"}') >= 201)
+        text = svc.metrics_text().decode()
+    finally:
+        svc.stop()
+    assert metric(text, 'nvmw_request_latency_seconds_count{class="batch"}') == 200
+    assert metric(text, 'nvmw_request_latency_seconds_count{class="interactive"}') == 1
+    assert metric(text, 'nvmw_request_latency_seconds_sum{class="batch"}') > 0
+    # windows closed, whether or not the controller judged them
+    assert metric(text, "nvmw_windows_total") > metric(text, 'nvmw_sla_windows_met_total{goal="latency"}')
+
+
 def test_no_control_reports_no_limits():
     svc = Service(engine="memory", window_s=0.05, controller="none", port=0, server_factory=StubServer)
     svc.start()

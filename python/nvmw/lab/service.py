@@ -78,7 +78,9 @@ class _MiddlewarePlant:
 
 
 class _Totals:
-    """Counts accumulated over every window since start (Prometheus counters)."""
+    """Counts since start (Prometheus counters): the request counts are the middleware's
+    own sums over every closed window (the control loop reads only the last window, and
+    one slower than the window misses some); the SLA counts are over the windows judged."""
 
     def __init__(self) -> None:
         self.windows = 0
@@ -88,17 +90,18 @@ class _Totals:
         self.errors = {c: 0 for c in STAT_CLASSES}
         self.rejected = {c: 0 for c in STAT_CLASSES}
 
-    def add(self, stats: Mapping[str, Any], latency_met: bool, throughput_met: bool) -> None:
-        self.windows += 1
+    def add(self, totals: Mapping[str, Any], latency_met: bool, throughput_met: bool) -> None:
+        """One judged window; `totals`: `Middleware.totals()` read after it."""
+        self.windows = int(totals["all"]["windows"])
         self.windows_met["latency"] += int(latency_met)
         self.windows_met["throughput"] += int(throughput_met)
         self.windows_met["both"] += int(latency_met and throughput_met)
         for c in STAT_CLASSES:
-            s = stats[c]
-            self.ops[c] += int(s["ops"])
-            self.latency_sum_s[c] += float(s["mean_us"]) * int(s["ops"]) / 1e6
-            self.errors[c] += int(s["errors"])
-            self.rejected[c] += int(s["rejected"])
+            t = totals[c]
+            self.ops[c] = int(t["ops"])
+            self.latency_sum_s[c] = float(t["latency_s"])
+            self.errors[c] = int(t["errors"])
+            self.rejected[c] = int(t["rejected"])
 
 
 class Service:
@@ -302,7 +305,7 @@ class Service:
         its decision (the same loop phase runs and the evaluation use). A controller that
         raises is not asked again: the limits stay where they are, and the windows are still
         judged, logged and counted (the metrics stay live, `nvmw_controller_failed` is 1)."""
-        loop = self.loop
+        loop, mw = self.loop, self.mw  # stop() drops the attributes, maybe while this runs
         while True:
             try:
                 w = loop.read()
@@ -315,6 +318,10 @@ class Service:
                 _log(f"reading the monitor window failed, limits kept at {loop.threads} and no more "
                      f"windows reported: {_one_line(e)}")
                 return
+            try:
+                totals = mw.totals()
+            except ShutdownError:
+                return
             m = w.metrics
             threads = list(w.threads) if self.control else [0, 0]
             info = {"stats": w.stats, "p99_us": m.p99_us, "throughput": m.throughput,
@@ -322,7 +329,7 @@ class Service:
                     "window_s": self.window_s, "sla_latency_met": m.latency_met,
                     "sla_throughput_met": m.throughput_met, "control": self.control}
             with self._lock:
-                self._totals.add(w.stats, m.latency_met, m.throughput_met)
+                self._totals.add(totals, m.latency_met, m.throughput_met)
                 self._last = {"stats": w.stats, "metrics": m, "threads": threads}
             if self.on_window is not None:
                 try:
