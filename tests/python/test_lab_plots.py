@@ -152,10 +152,17 @@ def test_a_plot_into_a_fifo_is_written_in_place(tmp_path):
     reader.start()
     try:
         _curve(fifo)
-    finally:
-        if not got and reader.is_alive():  # the writer failed before it opened: let the reader go
+    except BaseException:
+        # The writer failed, maybe before it opened the FIFO: let a reader waiting there go.
+        # (Not after a success: the reader may have read and closed already, and the open
+        # then fails with ENXIO.)
+        try:
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-        reader.join()
+        except OSError:
+            pass
+        raise
+    finally:
+        reader.join(timeout=60)
     assert got[0].startswith(PNG_MAGIC) and len(got[0]) > 1000
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
     assert os.listdir(tmp_path) == ["curve.png"]

@@ -94,6 +94,9 @@ class Child:
     def finish(self) -> int:
         try:
             rc = self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"still running 120 s after it was told to stop:\n{self.text()}")
         finally:
             self.kill()
         return rc
