@@ -137,8 +137,14 @@ def assert_no_traceback(child: Child) -> None:
     assert "Traceback" not in err and "Exception occurred" not in err, err
 
 
-def write_when_read(fifo, child: Child, data: bytes) -> None:
-    """Write `data` into `fifo` once the child opens it for reading (not if it exits first)."""
+def write_when_read(fifo, child: Child, data: bytes, *, once_read=None) -> None:
+    """Write `data` into `fifo` once the child opens it for reading (not if it exits first).
+
+    once_read: a condition that holds once the child has read the data (e.g. it exited).
+    Until it holds, `data` is written again whenever the child has the FIFO open for
+    reading: a signal that interrupts the child's open() just as this side opens, writes
+    and closes leaves the FIFO with no one on either end, and the kernel drops the data;
+    the child's retried open() then waits for a writer that already came."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline and child.proc.poll() is None:
         try:
@@ -150,7 +156,13 @@ def write_when_read(fifo, child: Child, data: bytes) -> None:
             os.write(fd, data)
         finally:
             os.close(fd)
-        return
+        if once_read is None:
+            return
+        settle = time.monotonic() + 10.0
+        while time.monotonic() < settle and not once_read():
+            time.sleep(0.02)
+        if once_read():
+            return
 
 
 # --- stop signals ------------------------------------------------------------------------
@@ -168,7 +180,8 @@ def test_a_stop_signal_while_starting_up_exits_cleanly_and_removes_the_temporary
     child.wait_for(r"a temporary pool (\S+)", stream="err")
     for sig in sigs:
         child.proc.send_signal(sig)
-    write_when_read(fifo, child, b'name = "test"\nlat_goal = 1000\ntp_goal = 100\n')
+    write_when_read(fifo, child, b'name = "test"\nlat_goal = 1000\ntp_goal = 100\n',
+                    once_read=lambda: child.proc.poll() is not None)
     rc = child.finish()
     assert rc == 0, child.text()
     assert "nvmw serve: stopped before serving" in "".join(child.out)
