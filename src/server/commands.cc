@@ -541,8 +541,8 @@ void Server::Impl::Continue(IoThread* io, Conn* c) {
     // loop would hold up every other connection of the loop, interactive ones included.
     // On a batch loop too: running them there (caller-runs, no hand-off to a worker and
     // back) was measured and did not pay, since the batch throughput stayed within the
-    // rounds' spread and the co-located interactive p99 doubled (docs/server.md, "Batch
-    // requests on the batch loop, and where the interactive throughput goes"). Interactive
+    // rounds' spread and the co-located interactive p99 doubled (docs/server-history.md,
+    // "Batch requests on the batch loop, 2026-11-25"). Interactive
     // requests run on the loop when a permit is free (caller-runs) and wait for a worker
     // otherwise, unless run_on_loop is off. No-control mode has no workers: everything
     // runs on the loop.
