@@ -22,6 +22,7 @@ import urllib.request
 import pytest
 
 import nvmw
+from ports import listening_ports, start_failed, with_free_ports
 
 redis = pytest.importorskip("redis", reason="redis-py is installed by scripts/setup.sh")
 import redis.asyncio  # noqa: E402
@@ -35,12 +36,6 @@ def tool(name: str) -> str:
         pytest.fail(f"{name} is not installed: scripts/setup.sh installs it (Debian packages redis-server, "
                     "redis-tools, nutcracker, prometheus)")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def child_env() -> dict:
@@ -130,7 +125,7 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served():
-    s = Served("--engine", "memory", "--metrics-port", str(free_port()))
+    s = Served("--engine", "memory", "--metrics-port", "0")
     yield s
     assert s.terminate() == 0, s.text()
 
@@ -530,26 +525,83 @@ def test_metrics_pass_promtool(served):
     r.close()
 
 
-def test_twemproxy_spreads_keys_over_two_servers(tmp_path):
+def start_twemproxy(conf, servers: list, port: int, stats_port: int) -> subprocess.Popen:
+    """nutcracker in front of `servers` (ports on loopback), listening on `port`, its stats
+    on `stats_port` (both on loopback), once it accepts connections; its configuration in
+    `conf`, its log beside it. Both ports are in the configuration, not picked by it:
+    AddressInUse when one was taken meanwhile."""
     nutcracker = tool("nutcracker")
-    a, b = Served("--engine", "memory"), Served("--engine", "memory")
-    proxy_port = free_port()
-    conf = tmp_path / "nutcracker.yml"
-    conf.write_text(f"nvmw:\n  listen: 127.0.0.1:{proxy_port}\n  redis: true\n  hash: murmur\n"
+    log = conf.with_suffix(".log")
+    log.unlink(missing_ok=True)  # nutcracker appends: only this start's lines
+    conf.write_text(f"nvmw:\n  listen: 127.0.0.1:{port}\n  redis: true\n  hash: murmur\n"
                     f"  distribution: ketama\n  server_retry_timeout: 1000\n  server_failure_limit: 3\n"
-                    f"  servers:\n   - 127.0.0.1:{a.port}:1\n   - 127.0.0.1:{b.port}:1\n")
-    proxy = subprocess.Popen([nutcracker, "-c", str(conf), "-s", str(free_port())],
+                    f"  servers:\n" + "".join(f"   - 127.0.0.1:{p}:1\n" for p in servers))
+    proxy = subprocess.Popen([nutcracker, "-c", str(conf), "-o", str(log), "-a", "127.0.0.1", "-s", str(stats_port)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def output() -> str:
+        out = proxy.stdout.read()
+        proxy.stdout.close()
+        return out + (log.read_text(errors="replace") if log.exists() else "")
+
+    # Its own sockets, not a connection to the port: another process's socket there would
+    # take one, and nutcracker stops at start when a port is taken.
+    deadline = time.monotonic() + 20
+    while not {port, stats_port} <= listening_ports(proxy.pid):
+        if proxy.poll() is not None:
+            start_failed(output())
+        if time.monotonic() >= deadline:
+            proxy.kill()
+            proxy.wait()
+            pytest.fail(f"nutcracker did not start in 20 s:\n{output()}")
+        time.sleep(0.05)
+    return proxy
+
+
+def twemproxy(conf, servers: list) -> tuple:
+    """start_twemproxy() on free ports, started again on others while one was taken:
+    (its port, the process)."""
+    return with_free_ports(lambda port, stats_port: (port, start_twemproxy(conf, servers, port, stats_port)),
+                           count=2)
+
+
+@pytest.mark.parametrize("which", ["listen", "stats"])
+def test_twemproxy_starts_again_on_other_ports_when_one_was_taken(tmp_path, which):
+    # Another process takes one of the ports between its pick and nutcracker's bind (a
+    # socket of this test here; an outgoing connection of another program alike):
+    # nutcracker stops at start, and it is started again on new ports.
+    a = Served("--engine", "memory")
+    starts: list = []
+    proxy = None
+    with socket.socket() as thief:
+        def start(port: int, stats_port: int) -> tuple:
+            if not starts:
+                thief.bind(("127.0.0.1", port if which == "listen" else stats_port))
+                thief.listen()
+            starts.append((port, stats_port))
+            return port, start_twemproxy(tmp_path / "nutcracker.yml", [a.port], port, stats_port)
+        try:
+            port, proxy = with_free_ports(start, count=2)
+            assert len(starts) == 2, starts
+            r = plain_client(port)
+            assert r.set("through", "twemproxy") is True
+            ra = a.client()
+            assert ra.get("through") == b"twemproxy"
+            for c in (r, ra):
+                c.close()
+        finally:
+            if proxy is not None:
+                proxy.terminate()
+                proxy.wait(timeout=30)
+                proxy.stdout.close()
+            assert a.terminate() == 0, a.text()
+
+
+def test_twemproxy_spreads_keys_over_two_servers(tmp_path):
+    a, b = Served("--engine", "memory"), Served("--engine", "memory")
+    proxy = None
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", proxy_port), timeout=1).close()
-                break
-            except OSError:
-                assert proxy.poll() is None, proxy.stdout.read()
-                assert time.monotonic() < deadline, "nutcracker did not start"
-                time.sleep(0.1)
+        proxy_port, proxy = twemproxy(tmp_path / "nutcracker.yml", [a.port, b.port])
         r = plain_client(proxy_port)
         keys = [f"user:{n}" for n in range(200)]
         for k in keys:
@@ -566,9 +618,10 @@ def test_twemproxy_spreads_keys_over_two_servers(tmp_path):
         for c in (r, ra, rb):
             c.close()
     finally:
-        proxy.terminate()
-        proxy.wait(timeout=30)
-        proxy.stdout.close()
+        if proxy is not None:
+            proxy.terminate()
+            proxy.wait(timeout=30)
+            proxy.stdout.close()
         assert a.terminate() == 0, a.text()
         assert b.terminate() == 0, b.text()
 

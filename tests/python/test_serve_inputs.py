@@ -21,6 +21,7 @@ import urllib.request
 import pytest
 
 import nvmw
+from ports import free_ports, listening_ports
 
 START_TIMEOUT_S = 60.0
 SHIPPED_AGENT = os.path.join(os.path.dirname(nvmw.__file__), "data", "agents", "qlearning-optane-1dimm.joblib")
@@ -32,12 +33,6 @@ def child_env() -> dict:
     pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(nvmw.__file__)))
     env["PYTHONPATH"] = os.pathsep.join([pkg_parent] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     return env
-
-
-def free_port(family=socket.AF_INET, host="127.0.0.1") -> int:
-    with socket.socket(family) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 class Child:
@@ -384,11 +379,11 @@ sys.exit(cli.main(sys.argv[1:]))
 
 
 def test_a_failing_controller_keeps_the_limits_and_the_windows_going():
-    mport = free_port()
     child = Child("--port", "0", "--engine", "memory", "--window", "0.1", "--log-windows",
-                  "--metrics-port", str(mport), "--controller", f"q-learning:{SHIPPED_AGENT}",
+                  "--metrics-port", "0", "--controller", f"q-learning:{SHIPPED_AGENT}",
                   launch=FAILING_POLICY_LAUNCH)
     child.wait_for(r"listening on")
+    mport = int(child.wait_for(r"metrics on http://127\.0\.0\.1:(\d+)/metrics").group(1))
     child.wait_for(r"controller q-learning:\S+ failed, limits kept at \(15, 15\)", stream="err")
     # The windows are still judged and logged after the failure ...
     n = len(child.out)
@@ -407,10 +402,28 @@ def test_a_failing_controller_keeps_the_limits_and_the_windows_going():
 # --- the metrics endpoint ----------------------------------------------------------------
 
 
+def test_metrics_on_a_port_picked_at_start():
+    # --metrics-port 0, as --port 0: a free port of its own, printed at start (it was
+    # taken as "no metrics", so a test had to pick a port for the endpoint, which another
+    # process could take before the child bound it).
+    child = Child("--port", "0", "--engine", "memory", "--metrics-port", "0")
+    port = int(child.wait_for(r"listening on 127\.0\.0\.1:(\d+) ").group(1))
+    mport = int(child.wait_for(r"^nvmw serve: metrics on http://127\.0\.0\.1:(\d+)/metrics$").group(1))
+    assert mport not in (0, port), child.text()
+    with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=10) as r:
+        assert b"nvmw_windows_total" in r.read()
+    assert child.signal(signal.SIGTERM) == 0, child.text()
+    assert_no_traceback(child)
+    # Without --metrics-port: no endpoint, and no line about one.
+    child = Child("--port", "0", "--engine", "memory")
+    child.wait_for(r"listening on")
+    assert child.signal(signal.SIGTERM) == 0, child.text()
+    assert not any("metrics" in line for line in child.out + child.err), child.text()
+
+
 def test_a_scraper_that_resets_leaves_no_traceback():
-    mport = free_port()
-    child = Child("--port", "0", "--engine", "memory", "--metrics-port", str(mport))
-    child.wait_for(r"metrics on")
+    child = Child("--port", "0", "--engine", "memory", "--metrics-port", "0")
+    mport = int(child.wait_for(r"metrics on http://127\.0\.0\.1:(\d+)/metrics").group(1))
     for _ in range(50):
         s = socket.create_connection(("127.0.0.1", mport), timeout=10)
         s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
@@ -425,10 +438,10 @@ def test_a_scraper_that_resets_leaves_no_traceback():
 
 def test_metrics_on_an_ipv6_bind():
     try:
-        mport = free_port(socket.AF_INET6, "::1")
+        free_ports(host="::1")
     except OSError:
         pytest.fail("this host has no IPv6 loopback (::1)")
-    child = Child("--port", "0", "--engine", "memory", "--bind", "::1", "--metrics-port", str(mport))
+    child = Child("--port", "0", "--engine", "memory", "--bind", "::1", "--metrics-port", "0")
     child.wait_for(r"listening on \[::1\]:\d+")
     url = child.wait_for(r"metrics on (http://\[::1\]:\d+/metrics)").group(1)
     with urllib.request.urlopen(url, timeout=10) as r:
@@ -437,7 +450,7 @@ def test_metrics_on_an_ipv6_bind():
 
 
 def test_a_metrics_port_that_is_taken_is_named():
-    port = free_port()
+    port = free_ports()[0]  # refused before anything is bound: another process may have it
     child = Child("--port", str(port), "--engine", "memory", "--metrics-port", str(port))
     assert child.finish() == 1
     assert "".join(child.err).strip() == f"nvmw serve: error: --metrics-port {port} is the server's own --port"
@@ -523,24 +536,23 @@ def test_a_stdout_file_that_cannot_take_the_lines_does_not_fail_the_service(tmp_
     # Status lines to a file that takes no more (a file size limit here, a full disk
     # alike): the lines are dropped with one note on stderr, and the service serves and
     # drains as ever (it stopped with `error: File too large` and status 1, at start or
-    # after the drain).
-    port = free_port()
+    # after the drain). The line with the port it picked goes nowhere: its socket in
+    # /proc says where it listens.
     with open(tmp_path / "out.log", "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "nvmw", "serve", "--port", str(port), "--engine", "memory",
+        proc = subprocess.Popen([sys.executable, "-m", "nvmw", "serve", "--port", "0", "--engine", "memory",
                                  "--window", "0.1", "--log-windows"], env=child_env(), stdout=out,
                                 stderr=subprocess.PIPE, text=True,
                                 preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (16, resource.RLIM_INFINITY)))
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
-                    s.sendall(b"PING\r\n")
-                    assert s.recv(16) == b"+PONG\r\n"
-                break
-            except ConnectionRefusedError:
-                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
-                time.sleep(0.05)
+        while not (ports := listening_ports(proc.pid)):
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, f"not listening after {START_TIMEOUT_S:.0f} s"
+            time.sleep(0.05)
+        assert len(ports) == 1, ports
+        with socket.create_connection(("127.0.0.1", ports.pop()), timeout=30) as s:
+            s.sendall(b"PING\r\n")
+            assert s.recv(16) == b"+PONG\r\n"
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=120)
         err = proc.stderr.read()

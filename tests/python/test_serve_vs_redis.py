@@ -24,6 +24,7 @@ import tempfile
 import pytest
 
 import nvmw
+from ports import start_failed, with_free_ports
 
 DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "server.md")
 CLOSED = object()  # a step: the server closes the connection here
@@ -112,11 +113,24 @@ def start(procs: list, argv: list, ready: bytes) -> "re.Match":
     procs.append(proc := subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env))
     text = b""
     while (m := re.search(ready, text)) is None:
-        if not select.select([proc.stdout], [], [], 60)[0] or not (chunk := os.read(proc.stdout.fileno(), 4096)):
-            pytest.fail(f"{argv[0]} did not start: {text.decode(errors='replace')}")
+        if not select.select([proc.stdout], [], [], 60)[0]:
+            pytest.fail(f"{argv[0]} did not start in 60 s: {text.decode(errors='replace')}")
+        if not (chunk := os.read(proc.stdout.fileno(), 4096)):  # it stopped
+            procs.remove(proc)
+            proc.wait()
+            proc.stdout.close()
+            start_failed(f"{argv[0]} exited at start: {text.decode(errors='replace')}")
         text += chunk
     return m
 
+
+
+def start_redis(procs: list, redis_server: str, bind: str, port: int) -> int:
+    """start() for redis-server on `port`, which takes --port 0 as "no TCP" and so is given
+    a port picked here (AddressInUse when it was taken meanwhile); returns the port."""
+    start(procs, [redis_server, "--port", str(port), "--bind", bind, "--save", "", "--appendonly", "no"],
+          rb"Ready to accept connections")
+    return port
 
 
 @contextlib.contextmanager
@@ -126,13 +140,9 @@ def pair(bind: str = "127.0.0.1", nvmw_args: tuple = ("--engine", "memory")):
     redis_server = shutil.which("redis-server")
     if redis_server is None:
         pytest.fail("redis-server is not installed: scripts/setup.sh installs it (Debian package redis-server)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        redis_port = s.getsockname()[1]
     procs: list = []
     try:
-        start(procs, [redis_server, "--port", str(redis_port), "--bind", bind, "--save", "",
-                      "--appendonly", "no"], rb"Ready to accept connections")
+        redis_port = with_free_ports(lambda port: start_redis(procs, redis_server, bind, port), host=bind)
         m = start(procs, [sys.executable, "-m", "nvmw", "serve", "--port", "0", "--bind", bind, *nvmw_args],
                   rb"listening on [\d.]+:(\d+)")
         yield redis_port, int(m.group(1))
@@ -495,6 +505,34 @@ def test_info_keyspace_as_redis():
         got, want = exchange(nvmw_port, steps), exchange(redis_port, steps)
         assert got[0] == b"$12\r\n# Keyspace\r\n\r\n"
         assert got == want
+
+
+def test_redis_server_starts_again_on_another_port_when_its_was_taken():
+    # Another process takes the port between its pick and redis-server's bind (a socket of
+    # this test here; an outgoing connection of another program alike): redis-server
+    # stops at start, and it is started again on a new port.
+    redis_server = shutil.which("redis-server")
+    if redis_server is None:
+        pytest.fail("redis-server is not installed: scripts/setup.sh installs it (Debian package redis-server)")
+    procs: list = []
+    starts: list = []
+    with socket.socket() as thief:
+        def start_one(port: int) -> int:
+            if not starts:
+                thief.bind(("127.0.0.1", port))
+                thief.listen()
+            starts.append(port)
+            return start_redis(procs, redis_server, "127.0.0.1", port)
+        try:
+            port = with_free_ports(start_one)
+            assert len(starts) == 2 and len(procs) == 1, (starts, procs)
+            assert exchange(port, [cmd("PING")]) == [b"+PONG\r\n"]
+        finally:
+            for proc in procs:
+                proc.terminate()
+                rc = proc.wait(timeout=60)
+                proc.stdout.close()
+                assert rc == 0, f"{proc.args[0]} exited with {rc}"
 
 
 def host_address() -> str:

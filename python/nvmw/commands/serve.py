@@ -70,8 +70,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--controller", default=DEFAULT_CONTROLLER, help=controller_help("%(default)s", leave_out=("oracle",)))
     p.add_argument("--sla", default=None, help="SLA spec judging each window: a TOML path or a shipped "
                    "name (default: the calibrated spec for --device, the thesis's for none)")
-    p.add_argument("--metrics-port", type=_port, default=0,
-                   help="serve Prometheus text metrics on http://BIND:PORT/metrics (default 0: off)")
+    p.add_argument("--metrics-port", type=_port, default=None,
+                   help="serve Prometheus text metrics on http://BIND:PORT/metrics (default: off; 0 picks a "
+                   "free port, printed at start)")
     p.add_argument("--max-clients", type=int_in(1, 1 << 20), default=None,
                    help="connections served at once; more are refused with an error (default: the server's, 10000; "
                    "the soft open-file limit is raised for them within the hard one, and the cap lowered, with "
@@ -185,7 +186,7 @@ def _serve(args: argparse.Namespace, signals: StopSignals) -> int:
         # written there, every SET lost at exit.
         raise ValueError(f"--path is the pool of --engine pmem; --engine {args.engine} keeps the store in "
                          f"memory, lost at exit (drop --path, or use --engine pmem to keep it in {args.path})")
-    if args.metrics_port and args.metrics_port == args.port:
+    if args.metrics_port and args.metrics_port == args.port:  # (two 0s are two ports of their own)
         raise ValueError(f"--metrics-port {args.metrics_port} is the server's own --port")
     _check_shipped_file(args.controller, args.device)
     password = args.password if args.password is not None else os.environ.get("NVMW_PASSWORD", "")
@@ -207,7 +208,7 @@ def _serve(args: argparse.Namespace, signals: StopSignals) -> int:
             print(f"nvmw serve: no --path: a temporary pool {path}, removed at exit", file=sys.stderr)
         svc = Service(engine=args.engine, path=path, device=args.device, window_s=args.window,
                       controller=args.controller, sla=args.sla, bind=args.bind, port=args.port,
-                      password=password, metrics_port=args.metrics_port or None,
+                      password=password, metrics_port=args.metrics_port,
                       pool_size=args.pool_mb * _MIB, max_clients=args.max_clients,
                       max_bulk_bytes=args.max_bulk_bytes, io_threads=args.io_threads,
                       batch_io_threads=args.batch_io_threads, batch_io_idle=args.batch_io_idle,
