@@ -14,7 +14,7 @@ windows whose interactive p99 met the latency goal and the worst window.
 --isolate runs each controller and its middleware in a process of its own instead
 (evaluate_controllers(isolate=True)), the turns kept.
 
-Measured (docs/rl.md, "Where it loses steps"; bench/results-phase4-after-contended.json and
+Measured (docs/rl-history.md, "Six seeds together"; bench/results-phase4-after-contended.json and
 -isolated.json): the loss was the harness's. A run that had ended left its workload
 running until all envs were closed, so each controller's last segment ran under the
 workloads of every controller before it (fixed:4,1, the last of six, met the goal on

@@ -79,7 +79,7 @@ class _Run:
         # phase switch restarts it). A run that has ended stops its workload too: left
         # running until the envs are closed, the finished runs' workloads would load the
         # machine under every later controller's last segment (phase 4 ends seeds 1 and 4,
-        # 400 client threads per env: docs/rl.md, "Where it loses steps").
+        # 400 client threads per env: docs/rl-history.md, "Six seeds together").
         pause = getattr(self.env.unwrapped, "pause", None)
         if pause is not None:
             pause()
