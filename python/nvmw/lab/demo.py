@@ -102,7 +102,7 @@ def calibration_note(summaries: Mapping[str, Mapping[str, Any]], *, device: str 
             f"waits sleep and are woken, which costs far more on some virtual machines), so this ranking "
             f"says little. scripts/recalibrate.sh remakes all three for this machine from a sweep (about "
             f"17 min on 2 cores; then ./scripts/setup.sh installs them); where the simulator cannot follow "
-            f"the machine, the agent it retrains may not lead (docs/rl.md, \"On a slower machine\").")
+            f"the machine, the agent it retrains may not lead (docs/rl-history.md, \"On a slower machine\").")
 
 
 __all__ = ["calibration_note", "demo_comparison", "ranking_table"]
