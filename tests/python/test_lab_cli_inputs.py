@@ -388,3 +388,26 @@ def test_sim_env_refuses_trace_seeds_that_are_not_a_count(seeds):
     with pytest.raises(ValueError, match=r"trace_seeds must be an integer >= 1, got "):
         SimEnv(1, window_s=0.1, trace_seeds=seeds)
     assert SimEnv(1, window_s=0.1, trace_seeds=2).trace_seeds == 2
+
+
+# --- --device of the store commands ------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [
+    ["run-phase", "5", "--duration", "1"],
+    ["replay", "{trace}"],
+    ["ycsb", "--duration", "0.1"],
+])
+def test_an_unknown_device_is_a_usage_error_naming_the_option(tmp_path, capsys, argv):
+    # Was: replay and run-phase printed the lookup's KeyError in quotes ("no device
+    # profile ..."), run-phase after its run header, as if the run had begun.
+    trace = tmp_path / "t.csv"
+    trace.write_text("time_ms,op,key,bytes\n0,write,a,100\n")
+    argv = [a.replace("{trace}", str(trace)) for a in argv]
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--device", "optane-2dimm"])
+    assert e.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "Traceback" not in err
+    line = err.strip().splitlines()[-1]
+    assert "argument --device: no device profile 'optane-2dimm'" in line
+    assert "optane-1dimm" in line and '"' not in line

@@ -64,8 +64,9 @@ def add_store_args(p: argparse.ArgumentParser, *, device_default: str = "none", 
     p.add_argument("--path", default=None,
                    help="pmem pool file (default: a temporary pool in /dev/shm, removed afterwards)")
     p.add_argument("--pool", dest="path", action=_DeprecatedAlias, new_name="--path", help=argparse.SUPPRESS)
-    p.add_argument("--device", default=device_default,
-                   help="emulated device profile: none | optane-1dimm | optane-6dimm (default %(default)s)")
+    p.add_argument("--device", type=device_profile, default=device_default,
+                   help="emulated device profile: none | optane-1dimm | optane-6dimm, or a profile file "
+                        "(default %(default)s)")
     p.add_argument("--window", type=window_seconds, default=window_default,
                    help="monitor window, s (default %(default)s)")
 
