@@ -114,3 +114,34 @@ def test_replay_cli(tmp_path, capsys):
     assert out["all"]["ops"] == 300 and out["errors"] == 0
     assert out["write"]["ops"] == 150 and out["write"]["bytes"] == 150 * 1000
     assert main(["replay", str(trace), "--format", "native", "--loop"]) == 2   # loop needs a duration
+
+
+def test_stats_and_replay_read_a_native_trace_without_format(tmp_path, capsys):
+    # Was: --format defaulted to azure, so `nvmw trace stats` of the file `nvmw trace synth
+    # svd` had just written failed with "expected the azure header".
+    out = tmp_path / "svd.csv"
+    assert main(["trace", "synth", "svd", "-o", str(out), "--rows", "200"]) == 0
+    capsys.readouterr()
+    assert main(["trace", "stats", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == 200
+    commented = tmp_path / "commented.csv"
+    commented.write_bytes(b"\xef\xbb\xbf# made by hand\n\n Time_ms , OP,key,bytes\r\n0,read,a,10\r\n1,write,b,20\r\n")
+    assert main(["replay", str(commented), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["all"]["ops"] == 2
+    azure = tmp_path / "azure.csv"
+    assert main(["trace", "synth", "azure", "-o", str(azure), "--rows", "50"]) == 0
+    capsys.readouterr()
+    assert main(["trace", "stats", str(azure), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == 50
+    assert main(["trace", "stats", str(azure), "--format", "native"]) == 2  # a given format is kept
+    assert "expected the native header" in capsys.readouterr().err
+
+
+def test_sniff_format_looks_only_into_a_readable_regular_file(tmp_path):
+    assert traces.sniff_format(tmp_path / "missing.csv") == "azure"
+    assert traces.sniff_format(tmp_path) == "azure"
+    (tmp_path / "empty.csv").write_text("")
+    assert traces.sniff_format(tmp_path / "empty.csv") == "azure"
+    (tmp_path / "n.csv").write_text("time_ms,op,key,bytes\n")
+    assert traces.sniff_format(tmp_path / "n.csv") == "native"
+    assert traces.sniff_format(str(tmp_path / "n.csv")) == "native"

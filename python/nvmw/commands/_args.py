@@ -135,6 +135,11 @@ def runner_from_args(args, env: ControlEnv) -> EpisodeRunner:
                          ray_address=args.ray_address)
 
 
+#: --format of the commands that read a trace file (`nvmw.workloads.traces.sniff_format`).
+TRACE_FORMAT_HELP = ("trace file format (default: from the file's header: native when it is "
+                     "time_ms,op,key,bytes, else azure)")
+
+
 def controller_help(default: str, *, leave_out: tuple = ()) -> str:
     return f"{' | '.join(n for n in CONTROLLER_NAMES if n not in leave_out)} (default {default})"
 

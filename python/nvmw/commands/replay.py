@@ -7,7 +7,7 @@ import sys
 
 from nvmw.commands import SUMMARIES
 from nvmw.commands._args import float_in, fraction, int_in, nonneg_float, nonneg_int, positive_float, positive_int
-from nvmw.commands._args import add_pool_args, add_store_args, argv_of, pool_config, pool_path
+from nvmw.commands._args import TRACE_FORMAT_HELP, add_pool_args, add_store_args, argv_of, pool_config, pool_path
 from nvmw.commands._util import cores, print_json
 from nvmw.errors import NvmwError
 from nvmw.middleware import Middleware
@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(offsets / --accel); latency counts from the scheduled time, so falling behind shows. "
         "Keys the trace reads are preloaded first. Filters, then transforms, then replay.")
     p.add_argument("file")
-    p.add_argument("--format", choices=["azure", "native"], default="azure")
+    p.add_argument("--format", choices=["azure", "native"], default=None, help=TRACE_FORMAT_HELP)
     p.add_argument("--skip-malformed", action="store_true", help="drop and count malformed rows")
     p.add_argument("--class", dest="cls", choices=["interactive", "batch", "auto"], default="interactive")
     p.add_argument("--threads", type=int_in(1, 4096), default=16, help="client threads (default %(default)s)")
@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
         control, interactive_threads, batch_threads = pool_config(args)
         opts = traces.replay_options(threads=args.threads, cls=args.cls, accel=args.accel,
                                      loop=args.loop, duration_s=args.duration, seed=args.seed)
-        trace = traces.read_trace(args.file, args.format, skip_malformed=args.skip_malformed)
+        trace = traces.read_trace(args.file, args.format or traces.sniff_format(args.file),
+                                  skip_malformed=args.skip_malformed)
         trace = traces.shape(trace, start_s=args.start, end_s=args.end, min_bytes=args.min_size,
                              max_bytes=args.max_size, max_records=args.max_records,
                              fixed_bytes=args.fixed_size, write_ratio=args.write_ratio,

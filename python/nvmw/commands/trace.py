@@ -6,11 +6,11 @@ import argparse
 import sys
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import fraction, int_in, nonneg_int, positive_float
+from nvmw.commands._args import TRACE_FORMAT_HELP, fraction, int_in, nonneg_int, positive_float
 from nvmw.commands._util import print_json
 from nvmw.devices import core_file_name
 from nvmw.errors import NvmwError
-from nvmw.workloads.traces import SVD_TASKS_MAX, SYNTH_ROWS_MAX, read_trace, synth, trace_stats
+from nvmw.workloads.traces import SVD_TASKS_MAX, SYNTH_ROWS_MAX, read_trace, sniff_format, synth, trace_stats
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         description="Rows, reads, writes, skipped (malformed) rows, size p50/p99 "
                         "(per access, nearest rank) and duration of a trace.")
     t.add_argument("file")
-    t.add_argument("--format", choices=["azure", "native"], default="azure")
+    t.add_argument("--format", choices=["azure", "native"], default=None, help=TRACE_FORMAT_HELP)
     t.add_argument("--strict", action="store_true",
                    help="fail on the first malformed row (default: skip and count them)")
     t.add_argument("--json", action="store_true", help="print one JSON object")
@@ -83,7 +83,7 @@ def run_synth(args: argparse.Namespace) -> int:
 
 def run_stats(args: argparse.Namespace) -> int:
     try:
-        trace = read_trace(args.file, args.format, skip_malformed=not args.strict)
+        trace = read_trace(args.file, args.format or sniff_format(args.file), skip_malformed=not args.strict)
     except (NvmwError, ValueError, OSError) as e:
         print(f"nvmw trace stats: {e}", file=sys.stderr)
         return 2

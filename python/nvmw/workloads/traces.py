@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from typing import Any, Optional
 
 from nvmw import _core
@@ -48,6 +49,35 @@ def read_trace(path: str | os.PathLike, format: str = "azure", *, skip_malformed
         raise ValueError(f"max_rows and max_bytes must be >= 0, got {max_rows} and {max_bytes}")
     return _core.read_trace(core_file_name(path), format, skip_malformed, start_unix_ms, end_unix_ms,
                             int(max_rows), int(max_bytes))
+
+
+#: The native format's header fields, as the core's reader expects them.
+NATIVE_HEADER = ("time_ms", "op", "key", "bytes")
+
+
+def sniff_format(path: str | os.PathLike) -> str:
+    """The format of the trace file at `path` by its header: ``"native"`` when its first
+    line that is neither blank nor a ``#`` comment is the native header (fields trimmed,
+    any case, as the reader compares them), else ``"azure"``. Only a regular file is
+    looked into (reading a pipe would consume its header); anything else, or a file that
+    cannot be read, is ``"azure"``, and reading it then says what is wrong."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return "azure"
+        with open(path, "rb") as fh:
+            for n in range(1000):
+                line = fh.readline(4096)
+                if not line:
+                    break
+                if n == 0 and line.startswith(b"\xef\xbb\xbf"):
+                    line = line[3:]
+                text = line.decode("utf-8", "replace").strip()
+                if text and not text.startswith("#"):
+                    fields = tuple(f.strip().lower() for f in text.split(","))
+                    return "native" if fields == NATIVE_HEADER else "azure"
+    except (OSError, ValueError):
+        pass
+    return "azure"
 
 
 def synth(kind: str, rows: int = 10_000, seed: int = 1, **options: Any) -> "_core.Trace":
