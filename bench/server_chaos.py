@@ -356,12 +356,6 @@ def scraper(port: int, terminating: threading.Event, seed: int, tally: dict) -> 
         time.sleep(0.02)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def server_env(asan_core: str | None) -> dict:
     env = dict(os.environ, PMEM_IS_PMEM_FORCE="1")
     if asan_core:
@@ -376,16 +370,20 @@ def server_env(asan_core: str | None) -> dict:
     return env
 
 
-def start_server(args: list[str], env: dict) -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen([sys.executable, "-m", "nvmw", "serve", "--port", "0", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    first = proc.stdout.readline()
+def start_server(args: list[str], env: dict) -> tuple[subprocess.Popen, int, int]:
+    """Starts `nvmw serve` on ports it picks itself (a port chosen here and handed over
+    could be taken by another process in between); returns it with its port and its
+    metrics port, read from the lines it prints once it listens."""
+    proc = subprocess.Popen([sys.executable, "-m", "nvmw", "serve", "--port", "0", "--metrics-port", "0",
+                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    first, second = proc.stdout.readline(), proc.stdout.readline()
     match = re.search(r"listening on [\d.]+:(\d+)", first)
-    if match is None:
+    metrics = re.search(r"metrics on http://[\d.]+:(\d+)/metrics", second)
+    if match is None or metrics is None:
         proc.kill()
-        raise RuntimeError(f"the server did not start: {first!r} {proc.stderr.read()[-2000:]}")
+        raise RuntimeError(f"the server did not start: {first!r} {second!r} {proc.stderr.read()[-2000:]}")
     threading.Thread(target=proc.stdout.read, daemon=True).start()  # keep the pipe drained
-    return proc, int(match.group(1))
+    return proc, int(match.group(1)), int(metrics.group(1))
 
 
 def run(seed: int, seconds: float, clients: int, asan_core: str | None, pool_dir: str) -> dict:
@@ -395,14 +393,13 @@ def run(seed: int, seconds: float, clients: int, asan_core: str | None, pool_dir
     if rng.random() < 0.25:
         layout = layout + ["--device", "optane-1dimm"]  # the emulated device's waits in the path
     pool = os.path.join(pool_dir, f"nvmw-chaos-{os.getpid()}-{seed}.pool")
-    metrics_port = free_port()
     args = ["--path", pool, "--pool-mb", "512", "--window", "0.2", "--io-threads", "2",
-            "--max-bulk-bytes", str(4 << 20), "--metrics-port", str(metrics_port), *layout]
+            "--max-bulk-bytes", str(4 << 20), *layout]
     env = server_env(asan_core)
     report = {"seed": seed, "seconds": seconds, "clients": clients, "controller": controller,
               "server_args": layout, "asan": bool(asan_core)}
     try:
-        proc, port = start_server(["--controller", controller, *args], env)
+        proc, port, metrics_port = start_server(["--controller", controller, *args], env)
         stop, terminating = threading.Event(), threading.Event()
         threads = [Client(i, port, stop, terminating, seed * 1000 + i) for i in range(clients)]
         tally = {"scrapes good": 0, "scrapes wrong": 0}
@@ -433,7 +430,7 @@ def run(seed: int, seconds: float, clients: int, asan_core: str | None, pool_dir
         report["client_errors"] = [e for t in threads for e in t.errors][:20]
 
         # Every key read back after a restart on the same pool.
-        proc, port = start_server(["--controller", "fixed:2,1", *args[:4]], env)
+        proc, port, _ = start_server(["--controller", "fixed:2,1", *args[:4]], env)
         wrong = []
         conn = Conn(port)
         for t in threads:
