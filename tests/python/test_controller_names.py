@@ -105,3 +105,16 @@ def test_a_missing_shipped_file_names_a_fix_every_command_has():
     with pytest.raises(FileNotFoundError) as e:
         make_controller("oracle", ControllerContext(device="none"))
     assert "nvmw calibrate" in str(e.value) and "pass --oracle" not in str(e.value)
+
+
+@pytest.mark.parametrize("cmd", [["ycsb", "--duration", "0.1"], ["run-phase", "1", "--duration", "1"],
+                                 ["sim", "run", "--windows", "1"]])
+def test_a_fixed_count_below_one_is_refused_naming_the_spelling(capsys, cmd):
+    # Was: "fixed thread counts must be >= 1", which named neither --controller nor the value.
+    try:
+        code = main([*cmd, "--controller", "fixed:0,3"])
+    except SystemExit as e:  # some commands exit with their message
+        code = e.code
+    err = capsys.readouterr().err + (code if isinstance(code, str) else "")
+    assert code not in (0, None)
+    assert "fixed:0,3: thread counts must be >= 1" in err

@@ -97,6 +97,8 @@ def _fixed(arg: str, ctx: ControllerContext) -> Controller:
     if not re.fullmatch(r"-?[0-9]+,-?[0-9]+", arg):
         raise ValueError(f"fixed controller wants 'fixed:I,B' (e.g. fixed:10,10), got 'fixed:{arg}'")
     i, b = (int(x) for x in arg.split(","))
+    if i < 1 or b < 1:
+        raise ValueError(f"fixed:{arg}: thread counts must be >= 1")
     return Fixed(i, b)
 
 
