@@ -318,3 +318,18 @@ def test_calls_from_another_thread_wait_for_the_running_window():
     assert seen
     assert all(abs(v / 0.05 - round(v / 0.05)) < 1e-6 for v in seen), sorted(set(seen))[:5]
     assert sim.virtual_s == pytest.approx(0.25) and sim.threads == (8, 2)
+
+
+@pytest.mark.parametrize("action", ["fit", "check", "run"])
+def test_every_sim_option_says_what_it_is(action):
+    # Was: sim run's --phase, --window, --device, --params and --seed and sim check's
+    # SWEEP, --device, --window and --seed showed no help at all.
+    import argparse
+
+    from nvmw.cli import build_parser
+
+    def subcommands(parser):
+        return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+    parser = subcommands(subcommands(build_parser("sim"))["sim"])[action]
+    assert [a.option_strings or [a.dest] for a in parser._actions if a.help is None] == []

@@ -42,31 +42,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--start", default=None, help="starting parameters (file or name; default: built-in)")
     q.add_argument("--free", nargs="+", action=Distinct, default=list(FIT_NAMES), choices=FITTABLE, metavar="NAME",
                    help="parameters to fit (default %(default)s; also spin_us); the others keep --start's values")
-    q.add_argument("--seed", type=nonneg_int, default=0)
+    q.add_argument("--seed", type=nonneg_int, default=0, help="seed of the simulations (default %(default)s)")
     q.set_defaults(func=_fit)
 
     q = ssub.add_parser("check", help="how well a parameter file reproduces a real sweep (JSON)")
-    q.add_argument("sweep", nargs="+", action=Distinct)
+    q.add_argument("sweep", nargs="+", action=Distinct,
+                   help="sweep rows from nvmw calibrate --sweep-out or --no-control-out")
     q.add_argument("--params", default=None, help="parameter file or name (default: the shipped fit)")
-    q.add_argument("--device", default=None)
-    q.add_argument("--window", type=window_seconds, default=None)
+    q.add_argument("--device", default=None, help="device profile (default: the sweep's)")
+    q.add_argument("--window", type=window_seconds, default=None, help="window, s (default: the sweep's)")
     q.add_argument("--windows", type=int_in(1, SWEEP_WINDOWS_MAX), default=8, help=_SWEEP_WINDOWS_HELP)
-    q.add_argument("--seed", type=nonneg_int, default=1)
+    q.add_argument("--seed", type=nonneg_int, default=1, help="seed of the simulation (default %(default)s)")
     q.add_argument("--exact", action="store_true", help="simulate every window whole (no fast-forward)")
     q.add_argument("--plot", default=None, help="also write a PNG of real vs simulated p99")
     q.set_defaults(func=_check)
 
     q = ssub.add_parser("run", help="simulated windows of one phase under one controller (JSON lines)")
-    q.add_argument("--phase", type=phase_number, default=1)
+    q.add_argument("--phase", type=phase_number, default=1,
+                   help="phase number (1-4 the thesis's, 5-6 contended; default %(default)s)")
     add_pool_args(q, default=(15, 15), any_controller=True)
     q.add_argument("--threads", type=int_in(1, 4096), nargs=2, default=None, metavar=("I", "B"), help=argparse.SUPPRESS)
     q.add_argument("--windows", type=int_in(1, RUN_WINDOWS_MAX), default=10,
                    help=f"simulated windows, at most {RUN_WINDOWS_MAX:,} (one output line and about 0.5 KB of "
                         "memory each) (default %(default)s)")
-    q.add_argument("--window", type=window_seconds, default=0.1)
-    q.add_argument("--device", default="optane-1dimm")
-    q.add_argument("--params", default=None)
-    q.add_argument("--seed", type=nonneg_int, default=0)
+    q.add_argument("--window", type=window_seconds, default=0.1, help="simulated window, s (default %(default)s)")
+    q.add_argument("--device", default="optane-1dimm",
+                   help="device profile simulated (default %(default)s); without --params, its shipped fit")
+    q.add_argument("--params", default=None,
+                   help="parameter file or name (default: the shipped fit for --device)")
+    q.add_argument("--seed", type=nonneg_int, default=0, help="seed of the simulation (default %(default)s)")
     q.add_argument("--exact", action="store_true",
                    help="simulate every window whole instead of fast-forwarding its steady rest (docs/sim.md)")
     q.set_defaults(func=_run)
