@@ -16,6 +16,10 @@ from nvmw._core import (  # noqa: F401  (re-exported)
     StorageIOError,
 )
 
+# NotFoundError is also a KeyError so that `except KeyError` catches it; KeyError's str()
+# is the repr of its argument (for a missing dict key), which would print this error's
+# sentence in quotes wherever it is shown with str() or print().
+NotFoundError.__str__ = BaseException.__str__
 
 
 class Interrupted(KeyboardInterrupt):

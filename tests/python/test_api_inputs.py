@@ -343,3 +343,15 @@ def test_pool_size_at_the_bound_reaches_the_filesystem(shm_dir):
         nvmw.Middleware(path, pool_size=2**63 - 1)
     assert path in str(e.value) and "os_off_t" not in str(e.value)
     assert os.listdir(shm_dir) == []
+
+
+def test_a_not_found_error_reads_as_its_message():
+    # Was: NotFoundError is also a KeyError, whose str() is the repr of its argument, so
+    # `nvmw replay --device optane-2dimm` and Middleware(device=...) showed it in quotes.
+    with pytest.raises(errors.NotFoundError) as e:
+        devices.load_profile("optane-2dimm")
+    assert str(e.value).startswith("no device profile 'optane-2dimm' in ")
+    assert isinstance(e.value, KeyError) and e.value.args == (str(e.value),)
+    with pytest.raises(KeyError) as e:
+        nvmw.Middleware(engine="memory", device="optane-2dimm")
+    assert not str(e.value).startswith('"')
