@@ -63,6 +63,26 @@ def test_unwritable_output_file_fails_before_collecting(tmp_path):
     assert not (tmp_path / "t.npz").exists()
 
 
+def test_collection_that_cannot_fit_in_memory_is_refused_before_it_starts(tmp_path):
+    # Each option is within its own bound; together they would keep ~57 TiB of
+    # transitions. Refused at once (the run would otherwise go on for hours).
+    out = tmp_path / "t.npz"
+    r = _nvmw("collect", "--env", "synthetic", "--episodes", "10000", "--phases", "1", "2", "3", "4", "5", "6",
+              "--steps", "1000000", "--out", str(out), timeout=60)
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr
+    assert "60,000,000,000 transitions" in r.stderr and "--episodes" in r.stderr and "--steps" in r.stderr
+    assert not out.exists()
+
+
+def test_collection_that_fits_is_not_refused(tmp_path):
+    out = tmp_path / "t.npz"
+    r = _nvmw("collect", "--env", "synthetic", "--episodes", "1", "--phases", "1", "--steps", "5",
+              "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert out.exists()
+
+
 def test_replay_refuses_a_size_over_the_middleware_cap(tmp_path):
     trace = tmp_path / "huge.csv"
     trace.write_text("time_ms,op,key,bytes\n0.000,W,a,128\n1.000,W,b,900000000000000\n")

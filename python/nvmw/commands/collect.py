@@ -9,7 +9,8 @@ import json
 import time
 
 from nvmw.commands import SUMMARIES
-from nvmw.commands._args import Distinct, check_apart, check_output_file, episodes_help, int_in, make_parent, phase_number
+from nvmw.commands._args import Distinct, check_apart, check_kept_transitions, check_output_file, episodes_help, int_in
+from nvmw.commands._args import make_parent, phase_number
 from nvmw.commands._args import add_backend_args, add_env_args, env_from_args, runner_from_args
 from nvmw.commands._util import report_stream
 from nvmw.errors import Interrupted
@@ -35,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args) -> int:
     check_output_file(args.out, "--out")
     check_apart([("--out", args.out)], [("--sla", args.sla), ("--sim-params", args.sim_params)])
+    check_kept_transitions(args.episodes, len(args.phases), args.steps)
     env = env_from_args(args)
     t0 = time.monotonic()
     runner = None
