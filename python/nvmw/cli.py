@@ -3,8 +3,11 @@ registering the command NAME with `register(subparsers)`; this file only wires t
 importing only the module of the command a command line names."""
 from __future__ import annotations
 
+import os
+import signal
 import sys
-from typing import TYPE_CHECKING
+import threading
+from typing import TYPE_CHECKING, Callable
 
 from nvmw.commands import SUMMARIES, _sim_fast
 from nvmw.errors import NvmwError
@@ -42,6 +45,40 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     argv = list(argv)
+    if argv[:1] == ["serve"]:  # its module installs its own stop signals
+        return _main(argv)
+    undo = _sigterm_as_ctrl_c()
+    try:
+        return _main(argv)
+    finally:
+        undo()
+
+
+def _sigterm_as_ctrl_c() -> Callable[[], None]:
+    """SIGTERM (kill, timeout, a batch system ending the job) stops a run as Ctrl-C does:
+    the run's work is stopped and joined, a temporary pool removed, what the run keeps
+    written, exit status 130. Left alone where SIGTERM is already ignored or handled, and
+    off the main thread (where no handler can be set). A process forked from this one
+    takes SIGTERM's default action. Returns what puts the previous handler back."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is not signal.SIG_DFL:
+        return lambda: None
+    pid = os.getpid()
+
+    def handler(signum, _frame) -> None:
+        if os.getpid() != pid:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str]) -> int:
     if argv[:2] == ["sim", "run"]:
         # A static-configuration simulator run skips the full parser (its imports take
         # longer than the run; nvmw.commands._sim_fast).

@@ -283,3 +283,38 @@ def test_ctrl_c_in_collect_saves_the_transitions_so_far(tmp_path):
     n = len(data["actions"])
     assert n >= 50 and all(len(data[k]) == n for k in ("states", "rewards", "next_states", "phases"))
     assert "interrupted" in json.loads(data["meta"])
+
+
+def test_sigterm_stops_a_run_as_ctrl_c_does_and_removes_its_temporary_pool():
+    # Was: SIGTERM (kill, timeout, a batch system ending the job) ended the process at once
+    # with -15: the run's temporary pmem pool (1 GiB of memory on /dev/shm by default)
+    # stayed behind, and a sweep or evaluation lost what it had measured.
+    cli = _Cli("run-phase", "1", "--duration", "600", "--window", "0.2", "--engine", "pmem")
+    deadline = time.monotonic() + HANG_S
+    while not re.search(r"(?m)^ +\d+ +\d+/\d+ ", "".join(cli.out)):  # a window is printed
+        if time.monotonic() > deadline or cli.proc.poll() is not None:
+            cli.close()
+            pytest.fail(f"no window printed (exit {cli.proc.returncode}):\n{cli.stderr()[-2000:]}")
+        time.sleep(0.05)
+    with open(f"/proc/{cli.proc.pid}/maps") as fh:
+        pools = {line.split()[-1] for line in fh if "/nvmw-phase-" in line}
+    assert len(pools) == 1, pools
+    pool = pools.pop()
+    cli.proc.send_signal(signal.SIGTERM)
+    try:
+        cli.proc.wait(timeout=HANG_S)
+    except subprocess.TimeoutExpired:
+        cli.close()
+        pytest.fail(f"still running {HANG_S:.0f} s after SIGTERM:\n{cli.stderr()[-2000:]}")
+    cli.close()
+    err = cli.stderr()
+    assert cli.proc.returncode == 130, err[-2000:]
+    assert "interrupted" in err and "Traceback" not in err
+    assert not os.path.exists(os.path.dirname(pool))
+
+
+def test_main_puts_back_the_sigterm_action_it_found():
+    from nvmw.cli import main
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["trace", "stats", os.devnull]) == 2
+    assert signal.getsignal(signal.SIGTERM) is before
