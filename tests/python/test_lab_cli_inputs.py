@@ -411,3 +411,13 @@ def test_an_unknown_device_is_a_usage_error_naming_the_option(tmp_path, capsys, 
     line = err.strip().splitlines()[-1]
     assert "argument --device: no device profile 'optane-2dimm'" in line
     assert "optane-1dimm" in line and '"' not in line
+
+
+def test_run_phase_on_a_temporary_pool_prints_its_header_once():
+    # Was: the header was printed, then the command executed itself again with
+    # PMEM_IS_PMEM_FORCE=1 for its pool on /dev/shm and printed it a second time.
+    env = {k: v for k, v in os.environ.items() if k != "PMEM_IS_PMEM_FORCE"}
+    r = subprocess.run([sys.executable, "-m", "nvmw", "run-phase", "1", "--duration", "0.1", "--window", "0.1",
+                        "--engine", "pmem"], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("phase 1:") == 1 and r.stdout.count("controller ") == 1, r.stdout

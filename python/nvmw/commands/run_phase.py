@@ -8,7 +8,7 @@ import sys
 from nvmw.commands import SUMMARIES
 from nvmw.commands._args import float_in, nonneg_int, positive_float
 from nvmw.commands._args import add_store_args, argv_of, controller_help, pool_path
-from nvmw.commands._util import cores, print_json
+from nvmw.commands._util import cores, ensure_pmem_force, print_json
 from nvmw.control.sla import load_spec
 from nvmw.errors import NvmwError
 from nvmw.lab.lineup import ControllerContext, make_controller
@@ -83,6 +83,9 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as e:
         print(f"nvmw run-phase: {e}", file=sys.stderr)
         return 2
+    if args.engine == "pmem" and args.path is None:
+        # Before the header: the command runs again in a new process for its temporary pool.
+        ensure_pmem_force(argv_of(args))
     if not args.json:
         print(f"phase {phase.number}: {phase.description}")
         if phase.scaling:
