@@ -118,3 +118,17 @@ def test_a_fixed_count_below_one_is_refused_naming_the_spelling(capsys, cmd):
     err = capsys.readouterr().err + (code if isinstance(code, str) else "")
     assert code not in (0, None)
     assert "fixed:0,3: thread counts must be >= 1" in err
+
+
+def test_a_command_that_executes_itself_again_notes_an_old_spelling_once():
+    # Was: a command on a temporary pmem pool executes itself again with
+    # PMEM_IS_PMEM_FORCE=1, and the new process printed the notes of its parse again.
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in ("PMEM_IS_PMEM_FORCE", "NVMW_NOTES_SHOWN")}
+    r = subprocess.run([sys.executable, "-m", "nvmw", "ycsb", "--engine", "pmem", "--no-control", "--duration",
+                        "0.1", "--records", "20", "--threads", "1"], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("'--no-control' is deprecated; use '--controller none'") == 1, r.stderr

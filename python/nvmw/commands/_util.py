@@ -18,7 +18,9 @@ def ensure_pmem_force(argv_tail: list) -> None:
     """
     if os.environ.get("PMEM_IS_PMEM_FORCE") == "1":
         return
-    env = dict(os.environ, PMEM_IS_PMEM_FORCE="1")
+    # NVMW_NOTES_SHOWN: the new process parses the same words again, and its deprecation
+    # notes were printed here already (nvmw.lab.lineup.deprecated).
+    env = dict(os.environ, PMEM_IS_PMEM_FORCE="1", NVMW_NOTES_SHOWN="1")
     os.execve(sys.executable, [sys.executable, "-m", "nvmw", *argv_tail], env)
 
 

@@ -74,7 +74,10 @@ def register_controller(kind: str, factory: Callable[[str, ControllerContext], A
 
 
 def deprecated(old: str, new: str) -> None:
-    """The one deprecation note for an old spelling, on stderr (commands keep working)."""
+    """The one deprecation note for an old spelling, on stderr (commands keep working); not
+    again in a command that executed itself again (nvmw.commands._util.ensure_pmem_force)."""
+    if os.environ.get("NVMW_NOTES_SHOWN") == "1":
+        return
     print(f"nvmw: '{old}' is deprecated; use '{new}'", file=sys.stderr)
 
 
