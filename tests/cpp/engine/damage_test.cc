@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/engine_util.h"
 #include "engine_test_util.h"
 #include "nvmw/engine.h"
 
@@ -280,9 +281,72 @@ TEST_F(DamageTest, DamagedLengthFieldsAreSteppedOverUnread) {
   Status s = OpenPmemEngine(path_, Small(), &e);
   ASSERT_TRUE(s.ok()) << s.ToString();
   std::string v;
-  EXPECT_TRUE(e->Get(Key(9), &v).IsNotFound());  // its key cannot be read
+  // Its key cannot be read, so no lookup matches it; the miss in its bucket is not
+  // taken for an answer (the key was written), and the others are served.
+  s = e->Get(Key(9), &v);
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_TRUE(e->Exists(Key(9)).IsCorruption());
   for (int i = 10; i < 20; ++i) EXPECT_TRUE(e->Get(Key(i), &v).ok());
   EXPECT_EQ(e->Count(), static_cast<uint64_t>(kKeys - 1));
+}
+
+uint64_t BucketOf(const std::string& key) {
+  return engine_internal::HashKey(key) & (Small().bucket_count - 1);
+}
+
+TEST_F(DamageTest, FlippedKeyByteIsCorruptionNotAbsent) {
+  std::string img = pristine_;
+  const size_t entry = EntryOffset(42);
+  img[entry + 40 + 2] ^= 0x01;  // "dmg-key-42" reads "dlg-key-42"
+  WriteFile(path_, img);
+  std::unique_ptr<Engine> e;
+  Status s = OpenPmemEngine(path_, Small(), &e);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::string v = "untouched";
+  s = e->Get(Key(42), &v);  // was NotFound: a written key read as absent
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_NE(s.message().find(Key(42)), std::string::npos) << s.message();
+  EXPECT_EQ(v, "untouched");
+  EXPECT_TRUE(e->Exists(Key(42)).IsCorruption());
+  // Every other key is served; keys never written are absent in the other buckets.
+  for (int i = 0; i < kKeys; ++i) {
+    if (i == 42) continue;
+    ASSERT_TRUE(e->Get(Key(i), &v).ok()) << Key(i);
+    EXPECT_EQ(v, Val(i));
+  }
+  int absent_elsewhere = 0;
+  for (int i = 0; i < 100; ++i) {
+    const std::string k = "never-written-" + std::to_string(i);
+    if (BucketOf(k) == BucketOf(Key(42))) continue;
+    EXPECT_TRUE(e->Get(k, &v).IsNotFound()) << k;
+    ++absent_elsewhere;
+  }
+  EXPECT_GT(absent_elsewhere, 50);
+  // A Put of the key gives it a fresh entry, served from then on.
+  ASSERT_TRUE(e->Put(Key(42), "fresh").ok());
+  ASSERT_TRUE(e->Get(Key(42), &v).ok());
+  EXPECT_EQ(v, "fresh");
+}
+
+TEST_F(DamageTest, DamagedValueLeavesOtherKeysOfItsBucketAbsentNotCorrupt) {
+  // An entry whose key and hash agree is another key's: a key never written that
+  // falls into the same bucket is absent, not "maybe damaged".
+  std::string img = pristine_;
+  img[EntryOffset(42) + 40 + Key(42).size() + 5] ^= 0x20;  // inside the value
+  WriteFile(path_, img);
+  std::unique_ptr<Engine> e;
+  ASSERT_TRUE(OpenPmemEngine(path_, Small(), &e).ok());
+  std::string v;
+  int same_bucket = 0;
+  for (int i = 0; i < 2000 && same_bucket < 3; ++i) {
+    const std::string k = "never-written-" + std::to_string(i);
+    if (BucketOf(k) != BucketOf(Key(42))) continue;
+    Status s = e->Get(k, &v);
+    EXPECT_TRUE(s.IsNotFound()) << k << ": " << s.ToString();
+    ++same_bucket;
+  }
+  EXPECT_EQ(same_bucket, 3);
+  EXPECT_TRUE(e->Get(Key(42), &v).IsCorruption());
 }
 
 TEST_F(DamageTest, ValueDamagedWhileOpenIsCaughtOnRead) {
