@@ -10,7 +10,6 @@ import os
 import re
 import stat
 import sys
-import tempfile
 from typing import TYPE_CHECKING, Iterator, Optional
 
 from nvmw.commands._util import ensure_pmem_force
@@ -19,6 +18,7 @@ from nvmw.devices import list_profiles, load_profile
 from nvmw.errors import NvmwError
 from nvmw.lab.lineup import CONTROLLER_NAMES, ControllerContext, canonical_name, deprecated, make_controller
 from nvmw.rl.simrun import RUN_WINDOWS_MAX
+from nvmw.scratch import scratch_dir
 from nvmw.workloads.phases import list_phases
 
 if TYPE_CHECKING:
@@ -146,20 +146,17 @@ def controller_help(default: str, *, leave_out: tuple = ()) -> str:
 
 @contextlib.contextmanager
 def pool_path(engine: str, path: Optional[str], argv: list, prefix: str) -> Iterator[Optional[str]]:
-    """The pmem pool path to use: `path`, or a temporary pool on /dev/shm removed afterwards."""
+    """The pmem pool path to use: `path`, or a temporary pool on /dev/shm removed afterwards
+    (`nvmw.scratch`: also when the run is killed, by the next run that makes one)."""
     if engine != "pmem" or path is not None:
         yield path
         return
     ensure_pmem_force(argv)  # the temporary pool lives on tmpfs
-    pool_dir = tempfile.mkdtemp(prefix=prefix, dir="/dev/shm")
-    tmp = os.path.join(pool_dir, "nvmw.pool")
-    try:
-        yield tmp
-    finally:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        with contextlib.suppress(OSError):
-            os.rmdir(pool_dir)
+    removed: list = []
+    with scratch_dir(prefix, "/dev/shm", removed=removed) as pool_dir:
+        for d in removed:
+            print(f"nvmw: removed {d}, the temporary pool of a run that was killed", file=sys.stderr)
+        yield os.path.join(pool_dir, "nvmw.pool")
 
 
 def argv_of(args) -> list:

@@ -5,7 +5,6 @@ pool alone as the reference."""
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -13,6 +12,7 @@ from typing import Callable, Optional
 from nvmw import jsonfiles
 from nvmw.workloads.ycsb import YcsbConfig, YcsbWorkload
 from nvmw.middleware import Middleware
+from nvmw.scratch import scratch_dir
 
 
 @dataclass
@@ -45,8 +45,7 @@ class InterferenceConfig:
 
 def _run_scenario(cfg: InterferenceConfig, *, control: bool, threads=(1, 1),
                   with_batch: bool, batch_nice: int = 0) -> dict:
-    pool_dir = cfg.pool_dir or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
-    with tempfile.TemporaryDirectory(prefix="nvmw-demo-", dir=pool_dir) as d:
+    with scratch_dir("nvmw-demo-", cfg.pool_dir) as d:
         path = os.path.join(d, "demo.pool") if cfg.engine == "pmem" else None
         pool_size = max(1 << 30, 4 * cfg.batch_records * cfg.batch_bytes)
         with Middleware(path, engine=cfg.engine, control=control, device=cfg.device,

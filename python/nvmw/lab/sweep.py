@@ -13,7 +13,6 @@ import dataclasses
 import json
 import os
 import statistics
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -21,6 +20,7 @@ from typing import Any, Callable, Optional
 from nvmw import _core, jsonfiles
 from nvmw.errors import Interrupted
 from nvmw.middleware import DEFAULT_MAX_THREADS, Middleware
+from nvmw.scratch import scratch_dir
 from nvmw.workloads import traces
 from nvmw.workloads.counts import count_in
 from nvmw.workloads.ycsb import THREADS_MAX, YcsbConfig, YcsbWorkload
@@ -179,8 +179,7 @@ def _largest_batch_bytes(cfg: SweepConfig) -> int:
 
 def _run_once(cfg: SweepConfig, trace, control: bool, i: int, b: int, rep: int) -> tuple:
     """One co-run: fresh store + middleware, YCSB load, then YCSB and replay together."""
-    base = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    with tempfile.TemporaryDirectory(prefix="nvmw-sweep-", dir=base) as pool_dir:
+    with scratch_dir("nvmw-sweep-") as pool_dir:
         with _open_middleware(cfg, control, i, b, pool_dir) as mw:
             ycsb = YcsbWorkload(mw, cfg.ycsb_config(rep))
             ycsb.load()
