@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -333,6 +334,20 @@ void PmemEngine::StopHugePages() {
 
 }  // namespace pmem_internal
 
+namespace {
+
+// Whether another process has the pool at `path` open: libpmemobj holds an exclusive
+// flock on every pool file it opens, so a shared one cannot be taken meanwhile.
+bool HeldElsewhere(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  close(fd);  // drops the shared lock if it was taken
+  return held;
+}
+
+}  // namespace
+
 Status CheckPmemPool(const std::string& path, const PmemCheckOptions& options,
                      PmemCheckReport* report) {
   if (report == nullptr) return Status::InvalidArgument("report output pointer is null");
@@ -365,6 +380,13 @@ Status CheckPmemPool(const std::string& path, const PmemCheckOptions& options,
   if (!s.ok()) {
     report->problems.push_back("header: " + s.message());
     return Status::OK();
+  }
+
+  if (HeldElsewhere(path)) {
+    // A copy read while that process can write is not one state of the pool: it can
+    // look damaged where the pool is not (libpmemobj refused such copies' heaps).
+    return Status::IOError(path + ": pool is open in another process or engine; check it "
+                                  "once that one has closed it");
   }
 
   // libpmemobj writes into every pool it opens (and replays its redo log), so

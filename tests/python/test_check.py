@@ -231,3 +231,20 @@ def test_a_file_that_is_not_a_pool_under_a_name_that_is_not_utf8(shm_dir, capsys
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
     report = nvmw._core.check_pmem_pool(raw)
     assert not report["readable"] and any("q\\xff.pool" in p for p in report["problems"]), report
+
+
+def test_a_pool_open_in_another_engine_is_refused_not_reported_damaged(pool, capsys):
+    # A copy read while another engine can write is not one state of the pool: an intact
+    # pool open elsewhere was reported with a damaged heap ("pool initialization failed").
+    eng = nvmw.open_engine("pmem", pool)
+    try:
+        before = _read(pool)
+        assert main(["check", pool]) == 1
+        captured = capsys.readouterr()
+        assert captured.err == (f"nvmw check: error: {pool}: pool is open in another process or engine; "
+                                f"check it once that one has closed it\n")
+        assert "damaged" not in captured.out
+        assert _read(pool) == before
+    finally:
+        del eng
+    assert main(["check", pool]) == 0

@@ -294,6 +294,25 @@ uint64_t BucketOf(const std::string& key) {
   return engine_internal::HashKey(key) & (Small().bucket_count - 1);
 }
 
+TEST_F(DamageTest, CheckRefusesAPoolAnotherEngineHasOpen) {
+  // A copy taken while another engine can write is not one state of the pool: it was
+  // reported as a damaged heap ("pool initialization failed") of an intact pool.
+  {
+    std::unique_ptr<Engine> e;
+    ASSERT_TRUE(OpenPmemEngine(path_, Small(), &e).ok());
+    std::string before = ReadFile(path_);
+    PmemCheckReport r;
+    Status s = CheckPmemPool(path_, PmemCheckOptions(), &r);
+    EXPECT_TRUE(s.IsIOError()) << s.ToString();
+    EXPECT_NE(s.message().find("open in another process"), std::string::npos) << s.message();
+    EXPECT_TRUE(r.problems.empty());
+    EXPECT_TRUE(ReadFile(path_) == before);
+  }
+  PmemCheckReport r = Check();  // once closed: checked, and intact
+  EXPECT_TRUE(r.readable);
+  EXPECT_TRUE(r.clean()) << (r.problems.empty() ? "" : r.problems[0]);
+}
+
 TEST_F(DamageTest, FlippedKeyByteIsCorruptionNotAbsent) {
   std::string img = pristine_;
   const size_t entry = EntryOffset(42);
