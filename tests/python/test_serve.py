@@ -565,6 +565,14 @@ def twemproxy(conf, servers: list) -> tuple:
                            count=2)
 
 
+def stop_twemproxy(proxy) -> None:
+    """Stop a twemproxy() process (None: it never started)."""
+    if proxy is not None:
+        proxy.terminate()
+        proxy.wait(timeout=30)
+        proxy.stdout.close()
+
+
 @pytest.mark.parametrize("which", ["listen", "stats"])
 def test_twemproxy_starts_again_on_other_ports_when_one_was_taken(tmp_path, which):
     # Another process takes one of the ports between its pick and nutcracker's bind (a
@@ -590,10 +598,7 @@ def test_twemproxy_starts_again_on_other_ports_when_one_was_taken(tmp_path, whic
             for c in (r, ra):
                 c.close()
         finally:
-            if proxy is not None:
-                proxy.terminate()
-                proxy.wait(timeout=30)
-                proxy.stdout.close()
+            stop_twemproxy(proxy)
             assert a.terminate() == 0, a.text()
 
 
@@ -618,10 +623,7 @@ def test_twemproxy_spreads_keys_over_two_servers(tmp_path):
         for c in (r, ra, rb):
             c.close()
     finally:
-        if proxy is not None:
-            proxy.terminate()
-            proxy.wait(timeout=30)
-            proxy.stdout.close()
+        stop_twemproxy(proxy)
         assert a.terminate() == 0, a.text()
         assert b.terminate() == 0, b.text()
 
