@@ -10,6 +10,7 @@ import threading
 from typing import TYPE_CHECKING, Callable
 
 from nvmw.commands import SUMMARIES, _sim_fast
+from nvmw.commands._util import UsageError
 from nvmw.errors import NvmwError
 
 if TYPE_CHECKING:
@@ -45,13 +46,66 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     argv = list(argv)
-    if argv[:1] == ["serve"]:  # its module installs its own stop signals
-        return _main(argv)
-    undo = _sigterm_as_ctrl_c()
     try:
-        return _main(argv)
-    finally:
-        undo()
+        try:
+            if argv[:1] == ["serve"]:  # its module installs its own stop signals
+                return _main(argv)
+            undo = _sigterm_as_ctrl_c()
+            try:
+                return _main(argv)
+            finally:
+                undo()
+        finally:
+            # Written now, not at interpreter exit, where a failure is only "Exception ignored".
+            if sys.stdout is not None:
+                sys.stdout.flush()
+    except BrokenPipeError as e:
+        if not _stdout_broken(e):
+            raise
+        return _stop_quietly()
+    except SystemExit as e:
+        # argparse's --help ignores a failed write to stdout and exits with 0.
+        if e.code in (0, None) and _reader_gone():
+            return _stop_quietly()
+        raise
+
+
+def _stdout_broken(e: BaseException) -> bool:
+    """Whether `e` is a write to stdout failing because stdout's reader went away
+    (`nvmw ... | head`): EPIPE (the core's StorageIOError, writing --output /dev/stdout,
+    carries no errno: its message ends with the system's words) while stdout is a pipe
+    or socket with no reader left. An EPIPE from elsewhere (a client's socket) is not."""
+    import errno
+
+    if not isinstance(e, OSError):
+        return False
+    if e.errno != errno.EPIPE and not str(e).endswith(os.strerror(errno.EPIPE)):
+        return False
+    return _reader_gone()
+
+
+def _reader_gone() -> bool:
+    """Whether stdout is a pipe or socket whose reader went away."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poll = select.poll()
+    except (AttributeError, ValueError, OSError):  # no file behind stdout (captured, closed)
+        return False
+    poll.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0))
+
+
+def _stop_quietly() -> int:
+    """Stop as `cat` does when its reader went away: no message, and the status a shell
+    shows for a process SIGPIPE ended (128 + 13), so that a pipeline under
+    `set -o pipefail` reads it as it reads `cat`'s. What is still buffered for stdout
+    goes to /dev/null, so the interpreter's exit does not complain about it either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 def _sigterm_as_ctrl_c() -> Callable[[], None]:
@@ -88,7 +142,7 @@ def _main(argv: list[str]) -> int:
             print("interrupted", file=sys.stderr)
             return 130
         if run is not None:
-            return _call(run, "sim")
+            return _call(run, "sim run")
     try:
         parser = build_parser(argv[0] if argv else "")
         args = parser.parse_args(argv)  # the listing parser never returns: it has only -h
@@ -96,10 +150,61 @@ def _main(argv: list[str]) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     args.argv = list(argv)  # commands that re-exec themselves need the original words
-    return _call(lambda: args.func(args), args.command)
+    return _call(lambda: args.func(args), _command_words(parser, args), _file_options(parser, args))
 
 
-def _call(run, command: str) -> int:
+def _command_words(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The words naming the command run ("ycsb", "sim check"): its errors begin with them,
+    as argparse's usage errors do."""
+    import argparse
+
+    words = []
+    while True:
+        action = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        word = getattr(args, action.dest, None) if action is not None else None
+        if word is None or word not in action.choices:
+            return " ".join(words)
+        words.append(word)
+        parser = action.choices[word]
+
+
+def _file_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict:
+    """Each string the command line gave an option (or a positional argument, by its
+    name), mapped to the option: how an error about a file names where the file came from."""
+    import argparse
+
+    options: dict = {}
+    while parser is not None:
+        sub = None
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                sub = action.choices.get(getattr(args, action.dest, None) or "")
+                continue
+            values = getattr(args, action.dest, None)
+            for value in values if isinstance(values, list) else [values]:
+                if isinstance(value, (str, os.PathLike)) and action.option_strings:
+                    options.setdefault(os.fspath(value), action.option_strings[-1])
+        parser = sub
+    return options
+
+
+def _message(e: BaseException, options: dict) -> str:
+    """An expected failure's one line. An OSError says which file and what the system
+    said ("--params p.json: No such file or directory"), without Python's "[Errno N]";
+    str() of a KeyError (NotFoundError is one) is the repr of its message: the message."""
+    if isinstance(e, OSError) and e.strerror:
+        if e.filename is None:
+            return e.strerror
+        name = os.fsdecode(e.filename)
+        option = options.get(name)
+        where = f"{option} {name}" if option else name
+        if e.filename2 is not None:
+            where += f" -> {os.fsdecode(e.filename2)}"
+        return f"{where}: {e.strerror}"
+    return str(e.args[0] if isinstance(e, KeyError) and len(e.args) == 1 else e)
+
+
+def _call(run, command: str, options: dict | None = None) -> int:
     try:
         return int(run() or 0)
     except KeyboardInterrupt as e:
@@ -108,10 +213,10 @@ def _call(run, command: str) -> int:
         return 130
     except (NvmwError, OSError, ValueError, OverflowError) as e:
         # Expected failures (bad input, missing or unwritable files, pool errors): one clear line.
-        # str() of a KeyError (NotFoundError is one) is the repr of its message: print the message.
-        message = e.args[0] if isinstance(e, KeyError) and len(e.args) == 1 else e
-        print(f"nvmw {command}: error: {message}", file=sys.stderr)
-        return 1
+        if _stdout_broken(e):
+            return _stop_quietly()
+        print(f"nvmw {command}: error: {_message(e, options or {})}", file=sys.stderr)
+        return 2 if isinstance(e, UsageError) else 1
     except MemoryError:
         print(f"nvmw {command}: error: out of memory", file=sys.stderr)
         return 1

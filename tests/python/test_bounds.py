@@ -114,9 +114,9 @@ def test_trace_stats_strict_fails_on_a_non_utf8_row_with_its_line(tmp_path):
     trace = tmp_path / "t.csv"
     _native_with_bad_row(trace)
     r = _nvmw("trace", "stats", str(trace), "--format", "native", "--strict")
-    assert r.returncode == 2
+    assert r.returncode == 1
     assert "Traceback" not in r.stderr and "UnicodeDecodeError" not in r.stderr
-    assert r.stderr.strip() == f"nvmw trace stats: {trace}:3: not UTF-8 text (byte 0xFF at column 10)"
+    assert r.stderr.strip() == f"nvmw trace stats: error: {trace}:3: not UTF-8 text (byte 0xFF at column 10)"
 
 
 def test_trace_api_reads_non_utf8_rows_as_malformed(tmp_path):
@@ -299,7 +299,7 @@ def test_out_of_memory_in_a_helper_thread_is_one_line(tmp_path):
                             "-o", str(tmp_path / "x.csv")], capture_output=True, text=True, timeout=300,
                            env=dict(os.environ), preexec_fn=cap)
         assert r.returncode == 1, (r.returncode, r.stderr[-500:])
-        assert r.stderr.strip() == "nvmw trace: error: out of memory"
+        assert r.stderr.strip() == "nvmw trace synth: error: out of memory"
 
 
 @pytest.mark.parametrize("option", ["--duration-ms", "--warmup-ms"])

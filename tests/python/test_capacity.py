@@ -171,7 +171,7 @@ def test_calibrate_capacity_writes_valid_json(tmp_path, capsys):
 
 def test_calibrate_capacity_needs_a_modelled_device(capsys):
     assert main(["calibrate", "--capacity", "--device", "none", "--capacity-clients", "1",
-                 "--capacity-duration", "0.05"]) == 2
+                 "--capacity-duration", "0.05"]) == 1
     assert "no model" in capsys.readouterr().err
 
 

@@ -132,4 +132,4 @@ def test_a_missing_file_is_one_plain_error_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == f"nvmw check: error: {missing}: pool file does not exist\n"
     assert main(["device", "show", "no-such-profile"]) == 1
-    assert capsys.readouterr().err.startswith("nvmw device: error: no device profile 'no-such-profile' in ")
+    assert capsys.readouterr().err.startswith("nvmw device show: error: no device profile 'no-such-profile' in ")

@@ -70,9 +70,9 @@ def test_synth_svd_native_and_stats(tmp_path, capsys):
 def test_stats_reports_bad_file_cleanly(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("not,a,trace\n")
-    assert main(["trace", "stats", str(bad)]) == 2
+    assert main(["trace", "stats", str(bad)]) == 1
     assert "bad.csv:1:" in capsys.readouterr().err
-    assert main(["trace", "stats", str(tmp_path / "missing.csv")]) == 2
+    assert main(["trace", "stats", str(tmp_path / "missing.csv")]) == 1
 
 
 def test_filters_and_transforms():
@@ -114,6 +114,7 @@ def test_replay_cli(tmp_path, capsys):
     assert out["all"]["ops"] == 300 and out["errors"] == 0
     assert out["write"]["ops"] == 150 and out["write"]["bytes"] == 150 * 1000
     assert main(["replay", str(trace), "--format", "native", "--loop"]) == 2   # loop needs a duration
+    assert capsys.readouterr().err == "nvmw replay: error: --loop needs --duration (a replay that starts over ends only at it)\n"
 
 
 def test_stats_and_replay_read_a_native_trace_without_format(tmp_path, capsys):
@@ -133,7 +134,7 @@ def test_stats_and_replay_read_a_native_trace_without_format(tmp_path, capsys):
     capsys.readouterr()
     assert main(["trace", "stats", str(azure), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["rows"] == 50
-    assert main(["trace", "stats", str(azure), "--format", "native"]) == 2  # a given format is kept
+    assert main(["trace", "stats", str(azure), "--format", "native"]) == 1  # a given format is kept
     assert "expected the native header" in capsys.readouterr().err
 
 

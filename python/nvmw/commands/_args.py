@@ -85,7 +85,9 @@ def add_env_args(p: argparse.ArgumentParser, *, window_default: float = 0.1, ste
     if steps:
         p.add_argument("--steps", type=int_in(1, RUN_WINDOWS_MAX), default=200,
                        help=steps_help("steps per episode", "%(default)s"))
-    p.add_argument("--seed", type=int_in(0, (1 << 64) - 1), default=0)
+    p.add_argument("--seed", type=int_in(0, (1 << 64) - 1), default=0,
+                   help="seed of the environment's workloads and of the run, 0 to 2^64-1 (same seed, same "
+                        "episodes) (default %(default)s)")
 
 
 def env_kwargs_from_args(args, *, control: bool = True, phase: int = 1) -> dict:

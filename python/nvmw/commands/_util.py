@@ -8,6 +8,17 @@ import sys
 from typing import IO, Any, Optional
 
 
+class UsageError(ValueError):
+    """A command line argparse accepts that the command refuses as a whole (an option that
+    needs another one): printed as the command's other errors are, with argparse's exit
+    status 2 (nvmw.cli)."""
+
+
+def plural(count: int, noun: str, nouns: Optional[str] = None) -> str:
+    """"1 entry", "2 entries": a count with its noun (`nouns`, default noun + "s")."""
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"
+
+
 def ensure_pmem_force(argv_tail: list) -> None:
     """Re-exec this command with PMEM_IS_PMEM_FORCE=1 unless it is already set.
 

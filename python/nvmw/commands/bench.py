@@ -49,9 +49,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         description="Engine throughput alone, pool on /dev/shm with "
                         "PMEM_IS_PMEM_FORCE=1 (set automatically): 100,000 keys of 128 B and 256 "
                         "keys of 800 KB, 2 threads.")
-    e.add_argument("--engine", choices=["pmem", "memory"], default="pmem")
+    e.add_argument("--engine", choices=["pmem", "memory"], default="pmem",
+                   help="engine measured: pmem (a pool in --pool-dir) or memory (default %(default)s)")
     e.add_argument("--pool-dir", default="/dev/shm", help="directory of the temporary pool (default %(default)s)")
-    e.add_argument("--threads", type=int_in(1, 4096), default=2)
+    e.add_argument("--threads", type=int_in(1, 4096), default=2,
+                   help="threads issuing puts and gets at once (default %(default)s)")
     e.add_argument("--small-keys", type=int_in(1, SMALL_KEYS_MAX), default=100_000,
                    help=f"128 B keys, at most {SMALL_KEYS_MAX:,}: about 0.5 KB of pool and memory each "
                         "(default %(default)s)")

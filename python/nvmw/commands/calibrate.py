@@ -20,7 +20,7 @@ from nvmw.commands import SUMMARIES
 from nvmw.commands._args import (Distinct, check_apart, check_beside, check_output_file, int_in, make_parent,
                                  open_fraction, phase_number)
 from nvmw.commands._args import add_env_args, argv_of, env_from_args, float_in
-from nvmw.commands._util import is_stream, report_stream
+from nvmw.commands._util import UsageError, is_stream, report_stream
 from nvmw.lab.calibration import (CONFIRM_RUNS_MAX, SWEEP_WINDOWS_MAX, calibrate, confirm_env, load_confirmation, load_sweep, no_control_windows,
                                   promise_configs, save_oracle, save_sweep, sweep_env)
 from nvmw.lab.capacity import CLIENTS_MAX, DEFAULT_CLIENTS, measure_capacity
@@ -84,16 +84,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _capacity(args) -> int:
-    try:
-        out = measure_capacity(args.device, engine=args.engine, clients=args.capacity_clients,
-                               duration_s=args.capacity_duration,
-                               command=f"nvmw calibrate --capacity --device {args.device} --engine {args.engine} "
-                                       f"--capacity-clients {' '.join(map(str, args.capacity_clients))} "
-                                       f"--capacity-duration {args.capacity_duration:g}",
-                               progress=lambda m: print("  " + m, file=sys.stderr, flush=True))
-    except ValueError as e:
-        print(f"nvmw calibrate: {e}", file=sys.stderr)
-        return 2
+    out = measure_capacity(args.device, engine=args.engine, clients=args.capacity_clients,
+                           duration_s=args.capacity_duration,
+                           command=f"nvmw calibrate --capacity --device {args.device} --engine {args.engine} "
+                                   f"--capacity-clients {' '.join(map(str, args.capacity_clients))} "
+                                   f"--capacity-duration {args.capacity_duration:g}",
+                           progress=lambda m: print("  " + m, file=sys.stderr, flush=True))
     text = json.dumps(out, indent=2)
     if args.out:
         make_parent(args.out)
@@ -147,11 +143,9 @@ def run(args) -> int:
     if args.capacity:
         return _capacity(args)
     if not args.out:
-        print("nvmw calibrate: --out is required (the SLA spec to write)", file=sys.stderr)
-        return 2
+        raise UsageError("--out is required (the SLA spec to write)")
     if args.no_control_windows and not args.no_control_out:
-        print("nvmw calibrate: --no-control-windows needs --no-control-out", file=sys.stderr)
-        return 2
+        raise UsageError("--no-control-windows needs --no-control-out")
     t0 = time.monotonic()
     confirm: list = []
     if args.from_sweep:
@@ -204,13 +198,9 @@ def run(args) -> int:
     if args.sweep_out:  # first: a sweep is minutes of measurement, whatever the derivation says
         make_parent(args.sweep_out)
         save_sweep(args.sweep_out, rows, header, confirm)
-    try:
-        spec, table, report = calibrate(rows, rule=args.rule, attain=args.attain, quantile=args.quantile,
-                                        confirm_rows=confirm if args.confirm_windows else None,
-                                        name=name, notes=notes)
-    except ValueError as e:
-        print(f"nvmw calibrate: {e}", file=sys.stderr)
-        return 2
+    spec, table, report = calibrate(rows, rule=args.rule, attain=args.attain, quantile=args.quantile,
+                                    confirm_rows=confirm if args.confirm_windows else None,
+                                    name=name, notes=notes)
     make_parent(args.out)
     spec.save(args.out)
     oracle_out = args.oracle_out or os.path.splitext(args.out)[0] + ".oracle.json"

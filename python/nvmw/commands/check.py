@@ -6,11 +6,10 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import sys
 
 from nvmw.commands import SUMMARIES
 from nvmw import _core
-from nvmw.commands._util import print_json
+from nvmw.commands._util import UsageError, plural, print_json
 
 # The salvage pool's size: libpmemobj's smallest pool (PMEMOBJ_MIN_POOL, 8 MiB) up to the
 # largest file size (an off_t). The core rounds it down to whole 4 KiB pages.
@@ -78,9 +77,7 @@ def _check_dirs(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.salvage_size is not None and args.salvage is None:
-        print("nvmw check: error: --salvage-size needs --salvage (it sizes the salvage pool)",
-              file=sys.stderr)
-        return 2
+        raise UsageError("--salvage-size needs --salvage (it sizes the salvage pool)")
     _check_dirs(args)
     size = args.salvage_size
     if args.salvage is not None and size is None:
@@ -100,14 +97,15 @@ def run(args: argparse.Namespace) -> int:
     if not report["readable"]:
         # Not a pool, another layout, a damaged header: one line says which.
         msg = report["problems"][0] if report["problems"] else "unreadable pool"
-        print(f"nvmw check: {msg.removeprefix('header: ').removeprefix('heap: ')}", file=sys.stderr)
-        return 1
+        raise ValueError(msg.removeprefix('header: ').removeprefix('heap: '))
     status = "ok" if report["clean"] else "DAMAGED"
     print(f"{args.pool}: {status}: format {report['format_version']}, "
-          f"{report['entries_ok']} intact entries, {report['entries_damaged']} damaged entries, "
-          f"{report['links_damaged']} damaged links, {report['unreachable']} unreachable entries")
+          f"{plural(report['entries_ok'], 'intact entry', 'intact entries')}, "
+          f"{plural(report['entries_damaged'], 'damaged entry', 'damaged entries')}, "
+          f"{plural(report['links_damaged'], 'damaged link')}, "
+          f"{plural(report['unreachable'], 'unreachable entry', 'unreachable entries')}")
     for line in report["problems"]:
         print(f"  {line}")
     if args.salvage:
-        print(f"salvaged {report['salvaged']} entries into {args.salvage}")
+        print(f"salvaged {plural(report['salvaged'], 'entry', 'entries')} into {args.salvage}")
     return 0 if report["clean"] else 1

@@ -13,7 +13,7 @@ import sys
 
 from nvmw.commands import SUMMARIES
 from nvmw.commands._args import check_output_dir, device_profile, float_in, int_in
-from nvmw.commands._util import ensure_pmem_force
+from nvmw.commands._util import ensure_pmem_force, plural
 from nvmw.lab.demo import calibration_note, demo_comparison, ranking_table
 from nvmw.lab.interference import InterferenceConfig, format_table, plot, run_interference
 from nvmw.lab.lineup import DEFAULT_LINEUP
@@ -34,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="seconds per scenario (default %(default)s)")
     p.add_argument("--clients", type=int_in(1, 4096), default=100,
                    help="clients per pool, at most 4096 as ycsb --threads (default %(default)s)")
-    p.add_argument("--engine", choices=["pmem", "memory"], default="pmem")
+    p.add_argument("--engine", choices=["pmem", "memory"], default="pmem",
+                   help="engine: pmem (pools on /dev/shm) or memory (default %(default)s)")
     p.add_argument("--device", type=device_profile, default="optane-1dimm",
                    help="emulated device profile under the pool: optane-1dimm (default), optane-6dimm, or none "
                         "(tmpfs at DRAM speed: no device to contend for, only the CPU)")
@@ -112,7 +113,7 @@ def _controller_step(args: argparse.Namespace) -> None:
     steps = args.segment * len(DEFAULT_PHASES)
     minutes = steps * 0.1 * len(DEFAULT_LINEUP) / 60
     print(f"\nController comparison: phases {', '.join(map(str, DEFAULT_PHASES))} "
-          f"({describe_phase_set()}), {args.segment} windows of 0.1 s each, emulated optane-1dimm, "
+          f"({describe_phase_set()}), {plural(args.segment, 'window')} of 0.1 s each, emulated optane-1dimm, "
           f"calibrated SLA; about {minutes:.0f} min:", flush=True)
     result = demo_comparison(steps=steps, switch_every=args.segment, window_s=0.1,
                              out_dir=os.path.join(args.out, "controllers"), print_fn=None)

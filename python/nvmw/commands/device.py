@@ -31,20 +31,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.set_defaults(func=_show)
 
     q = dsub.add_parser("curve", help="model bandwidth and service time vs threads")
-    q.add_argument("profile")
-    q.add_argument("--bytes", type=int_in(1, 1 << 40), default=2 << 20, help="access size (default %(default)s)")
-    q.add_argument("--max-threads", type=int_in(1, 4096), default=32, help="(default %(default)s)")
-    q.add_argument("--json", action="store_true")
+    q.add_argument("profile", help="profile name or .toml path")
+    q.add_argument("--bytes", type=int_in(1, 1 << 40), default=2 << 20,
+                   help="access size, bytes (default %(default)s)")
+    q.add_argument("--max-threads", type=int_in(1, 4096), default=32,
+                   help="the curve runs from 1 to this many threads (default %(default)s)")
+    q.add_argument("--json", action="store_true", help="machine-readable output")
     q.set_defaults(func=_curve)
 
     q = dsub.add_parser("bench", help="real threads through the emulated device (JSON)")
-    q.add_argument("profile")
-    q.add_argument("--op", choices=["read", "write"], default="write")
-    q.add_argument("--threads", type=int_in(1, 4096), default=1)
-    q.add_argument("--bytes", type=int_in(1, 1 << 40), default=1 << 20)
+    q.add_argument("profile", help="profile name or .toml path")
+    q.add_argument("--op", choices=["read", "write"], default="write",
+                   help="access type every thread issues (default %(default)s)")
+    q.add_argument("--threads", type=int_in(1, 4096), default=1,
+                   help="threads accessing the device at once (default %(default)s)")
+    q.add_argument("--bytes", type=int_in(1, 1 << 40), default=1 << 20,
+                   help="access size, bytes (default %(default)s)")
     # The core counts both in 32 bits (about 49 days).
-    q.add_argument("--duration-ms", type=int_in(1, _UINT32_MAX), default=250)
-    q.add_argument("--warmup-ms", type=int_in(0, _UINT32_MAX), default=50)
+    q.add_argument("--duration-ms", type=int_in(1, _UINT32_MAX), default=250,
+                   help="measured time, ms, at most 2^32-1 (default %(default)s)")
+    q.add_argument("--warmup-ms", type=int_in(0, _UINT32_MAX), default=50,
+                   help="unmeasured time before it, ms, at most 2^32-1 (default %(default)s)")
     q.set_defaults(func=_bench)
 
     q = dsub.add_parser("plot", help="PNG of model vs FAST'20 data")

@@ -3,14 +3,12 @@ fresh middleware under a controller and print one line of statistics per window.
 from __future__ import annotations
 
 import argparse
-import sys
 
 from nvmw.commands import SUMMARIES
 from nvmw.commands._args import float_in, nonneg_int, positive_float
 from nvmw.commands._args import add_store_args, argv_of, controller_help, pool_path
-from nvmw.commands._util import cores, ensure_pmem_force, print_json
+from nvmw.commands._util import UsageError, cores, ensure_pmem_force, plural, print_json
 from nvmw.control.sla import load_spec
-from nvmw.errors import NvmwError
 from nvmw.lab.lineup import ControllerContext, make_controller
 from nvmw.rl.simrun import RUN_S_MAX, RUN_WINDOWS_MAX, run_windows
 from nvmw.workloads.phases import load_phase
@@ -69,20 +67,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         run_windows(args.duration, args.window)
     except ValueError as e:
-        print(f"nvmw run-phase: --duration {args.duration:g} with --window {args.window:g}: {e}", file=sys.stderr)
-        return 2
-    try:
-        phase = load_phase(args.phase, capacity=args.capacity)
-        if args.capacity is not None and not phase.contended:
-            raise ValueError(f"--capacity {args.capacity}: phase {phase.number} is paced in its file, not "
-                             "relative to capacity (the contended phases 5-6 are), so --capacity would not "
-                             "change it")
-        sla = load_spec(args.sla, device=args.device)
-        controller = make_controller(args.controller, ControllerContext(sla=sla, device=args.device,
-                                                                         phases=(phase.number,)))
-    except (ValueError, OSError) as e:
-        print(f"nvmw run-phase: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--duration {args.duration:g} with --window {args.window:g}: {e}") from None
+    phase = load_phase(args.phase, capacity=args.capacity)
+    if args.capacity is not None and not phase.contended:
+        raise ValueError(f"--capacity {args.capacity}: phase {phase.number} is paced in its file, not "
+                         "relative to capacity (the contended phases 5-6 are), so --capacity would not "
+                         "change it")
+    sla = load_spec(args.sla, device=args.device)
+    controller = make_controller(args.controller, ControllerContext(sla=sla, device=args.device,
+                                                                     phases=(phase.number,)))
     if args.engine == "pmem" and args.path is None:
         # Before the header: the command runs again in a new process for its temporary pool.
         ensure_pmem_force(argv_of(args))
@@ -94,22 +87,18 @@ def run(args: argparse.Namespace) -> int:
               f"{cores()} cores")
         print(f"{'win':>5} {'I/B':<7}{'ops/s':>10}{'I p99 us':>12}{'B ops/s':>10}{'B MB/s':>10}"
               f"{'I queue':>8}{'B queue':>8}")
-    try:
-        with pool_path(args.engine, args.path, argv_of(args), "nvmw-phase-") as path:
-            result = run_phase(phase, duration_s=args.duration, controller=controller,
-                               window_s=args.window, engine=args.engine, path=path,
-                               device=None if args.device == "none" else args.device, sla=sla,
-                               seed=args.seed, rate_scale=args.rate_scale,
-                               on_window=None if args.json else _print_row)
-    except (NvmwError, ValueError, OSError) as e:
-        print(f"nvmw run-phase: {e}", file=sys.stderr)
-        return 2
+    with pool_path(args.engine, args.path, argv_of(args), "nvmw-phase-") as path:
+        result = run_phase(phase, duration_s=args.duration, controller=controller,
+                           window_s=args.window, engine=args.engine, path=path,
+                           device=None if args.device == "none" else args.device, sla=sla,
+                           seed=args.seed, rate_scale=args.rate_scale,
+                           on_window=None if args.json else _print_row)
     result["cores"] = cores()
     if args.json:
         print_json(result)
     else:
         for cls, r in result["replay"].items():
-            print(f"{cls}: {r['all']['ops']} requests, {r['ops_per_s']:.0f} ops/s "
+            print(f"{cls}: {plural(r['all']['ops'], 'request')}, {r['ops_per_s']:.0f} ops/s "
                   f"(offered {r['offered_ops_per_s']:.0f}), p99 from schedule {r['all']['p99_us']:.0f} us, "
                   f"errors {r['errors']}")
     return 0

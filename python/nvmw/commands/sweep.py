@@ -9,7 +9,7 @@ import sys
 
 from nvmw.commands import SUMMARIES
 from nvmw.commands._args import check_output_dir, float_in, fraction, int_in, nonneg_int, positive_float, window_seconds
-from nvmw.commands._util import ensure_pmem_force, print_json
+from nvmw.commands._util import ensure_pmem_force, plural, print_json
 from nvmw.lab.sweep import REPS_MAX, SweepConfig, quick_config, run_sweep
 from nvmw.workloads.traces import MAX_SCHEDULE_S
 from nvmw.workloads.ycsb import RECORDS_MAX, THREADS_MAX
@@ -55,7 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--value-size", type=int_in(1, 1 << 30), default=None, help="YCSB value bytes (default 128)")
     p.add_argument("--read-proportion", type=fraction, default=None,
                    help="YCSB reads, rest updates (default 0.5)")
-    p.add_argument("--distribution", choices=["zipfian", "uniform", "latest"], default=None)
+    p.add_argument("--distribution", choices=["zipfian", "uniform", "latest"], default=None,
+                   help="YCSB key distribution (default zipfian)")
     p.add_argument("--records", type=int_in(1, RECORDS_MAX), default=None,
                    help=f"YCSB records, at most {RECORDS_MAX:,}: about 300 B of memory each with 128 B values "
                         "(default 10000)")
@@ -70,7 +71,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="factor on the SVD object sizes (default 0.01: 800 KB blocks)")
     p.add_argument("--batch-accel", type=positive_float, default=None,
                    help="SVD trace pace acceleration (default 1000: saturating)")
-    p.add_argument("--seed", type=nonneg_int, default=None)
+    p.add_argument("--seed", type=nonneg_int, default=None,
+                   help="seed of the YCSB streams and the SVD trace (default 1)")
     p.add_argument("--no-plot", action="store_true", help="skip sweep.png")
     p.add_argument("--json", action="store_true", help="print the summary as JSON at the end")
     p.set_defaults(func=run)
@@ -106,14 +108,11 @@ def _x(ratio) -> str:
 
 def run(args: argparse.Namespace) -> int:
     check_output_dir(args.out, "--out", create=False)  # made when the results are written
-    try:
-        cfg = build_config(args)
-    except ValueError as e:
-        raise SystemExit(f"nvmw sweep: {e}")
+    cfg = build_config(args)
     if cfg.engine == "pmem":
         ensure_pmem_force(args.argv)
     n = 1 + len(cfg.grid_i) * len(cfg.grid_b)
-    print(f"sweep: {n} configurations x {cfg.reps} reps x {cfg.duration_s:g} s, device {cfg.device}, "
+    print(f"sweep: {n} configurations x {plural(cfg.reps, 'rep')} x {cfg.duration_s:g} s, device {cfg.device}, "
           f"engine {cfg.engine}, {cfg.ycsb_clients}+{cfg.batch_clients} clients -> {cfg.out_dir}",
           file=sys.stderr, flush=True)
     summary = run_sweep(cfg, progress=lambda line: print(line, file=sys.stderr, flush=True))

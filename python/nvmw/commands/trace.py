@@ -7,9 +7,8 @@ import sys
 
 from nvmw.commands import SUMMARIES
 from nvmw.commands._args import TRACE_FORMAT_HELP, fraction, int_in, nonneg_int, positive_float
-from nvmw.commands._util import print_json
+from nvmw.commands._util import plural, print_json
 from nvmw.devices import core_file_name
-from nvmw.errors import NvmwError
 from nvmw.workloads.traces import SVD_TASKS_MAX, SYNTH_ROWS_MAX, read_trace, sniff_format, synth, trace_stats
 
 
@@ -23,12 +22,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                         description="azure: Azure-Functions-like accesses in the released 11-column "
                         "schema (defaults follow the published statistics); svd: Wukong tall-skinny "
                         "SVD task-graph I/O in the native format.")
-    s.add_argument("kind", choices=["azure", "svd"])
+    s.add_argument("kind", choices=["azure", "svd"],
+                   help="azure: Azure-Functions-like blob accesses; svd: Wukong SVD task-graph I/O")
     s.add_argument("-o", "--output", required=True, help="file to write")
     s.add_argument("--rows", type=int_in(1, SYNTH_ROWS_MAX), default=10_000,
                    help=f"records, at most {SYNTH_ROWS_MAX:,}: the trace is built whole in memory, about 150 B a "
                         "record (default %(default)s)")
-    s.add_argument("--seed", type=nonneg_int, default=1)
+    s.add_argument("--seed", type=nonneg_int, default=1,
+                   help="seed of the synthesis (same seed, same trace) (default %(default)s)")
     s.add_argument("--format", choices=["azure", "native"], default=None,
                    help="output format (default: azure for azure, native for svd)")
     s.add_argument("--sorted", action="store_true",
@@ -49,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     t = tsub.add_parser("stats", help="summarise a trace file",
                         description="Rows, reads, writes, skipped (malformed) rows, size p50/p99 "
                         "(per access, nearest rank) and duration of a trace.")
-    t.add_argument("file")
+    t.add_argument("file", help="trace file (Azure Functions Blob CSV or native CSV)")
     t.add_argument("--format", choices=["azure", "native"], default=None, help=TRACE_FORMAT_HELP)
     t.add_argument("--strict", action="store_true",
                    help="fail on the first malformed row (default: skip and count them)")
@@ -70,23 +71,15 @@ def run_synth(args: argparse.Namespace) -> int:
             if val is not None:
                 opts[key] = val
     fmt = args.format or ("azure" if args.kind == "azure" else "native")
-    try:
-        output = core_file_name(args.output)  # refused before the synthesis
-        trace = synth(args.kind, rows=args.rows, seed=args.seed, **opts)
-        trace.write(output, fmt, seed=args.seed, shuffle=(fmt == "azure" and not args.sorted))
-    except (NvmwError, ValueError) as e:
-        print(f"nvmw trace synth: {e}", file=sys.stderr)
-        return 2
-    print(f"wrote {len(trace)} {args.kind} records ({fmt} format) to {args.output}", file=sys.stderr)
+    output = core_file_name(args.output)  # refused before the synthesis
+    trace = synth(args.kind, rows=args.rows, seed=args.seed, **opts)
+    trace.write(output, fmt, seed=args.seed, shuffle=(fmt == "azure" and not args.sorted))
+    print(f"wrote {plural(len(trace), args.kind + ' record')} ({fmt} format) to {args.output}", file=sys.stderr)
     return 0
 
 
 def run_stats(args: argparse.Namespace) -> int:
-    try:
-        trace = read_trace(args.file, args.format or sniff_format(args.file), skip_malformed=not args.strict)
-    except (NvmwError, ValueError, OSError) as e:
-        print(f"nvmw trace stats: {e}", file=sys.stderr)
-        return 2
+    trace = read_trace(args.file, args.format or sniff_format(args.file), skip_malformed=not args.strict)
     stats = trace_stats(trace)
     if trace.skipped_rows:
         stats["first_skip_reason"] = trace.first_skip_reason

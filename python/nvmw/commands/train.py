@@ -45,14 +45,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "of every phase, the history keeps about 1 KB per episode) (default %(default)s)")
     p.add_argument("--phases", type=phase_number, nargs="+", action=Distinct, default=list(DEFAULT_PHASES),
                    help="phases (default %(default)s)")
-    p.add_argument("--gamma", type=fraction, default=0.95)
+    p.add_argument("--gamma", type=fraction, default=0.95,
+                   help="discount factor, in [0, 1] (default %(default)s, the thesis's Table D.3)")
     p.add_argument("--learning-rate", type=float_in(0.0, 1.0), default=0.7,
                    help="Q step (the SGD eta0 with --learning-rate-mode sgd_eta0), in (0, 1] (default %(default)s)")
-    p.add_argument("--learning-rate-mode", choices=["q_step", "sgd_eta0"], default="q_step")
-    p.add_argument("--epsilon", type=fraction, default=0.9)
-    p.add_argument("--epsilon-decay", type=fraction, default=0.1)
-    p.add_argument("--epsilon-decay-mode", choices=["multiplicative", "linear"], default="multiplicative")
-    p.add_argument("--epsilon-min", type=fraction, default=0.0)
+    p.add_argument("--learning-rate-mode", choices=["q_step", "sgd_eta0"], default="q_step",
+                   help="q_step: --learning-rate is the Q-learning step; sgd_eta0: the target is r + gamma "
+                        "max Q and --learning-rate the models' SGD step (default %(default)s)")
+    p.add_argument("--epsilon", type=fraction, default=0.9,
+                   help="initial exploration rate, in [0, 1] (default %(default)s, the thesis's Table D.3)")
+    p.add_argument("--epsilon-decay", type=fraction, default=0.1,
+                   help="decay of the exploration rate after each episode, in [0, 1] (default %(default)s)")
+    p.add_argument("--epsilon-decay-mode", choices=["multiplicative", "linear"], default="multiplicative",
+                   help="multiplicative: epsilon * (1 - decay); linear: epsilon - decay (default %(default)s)")
+    p.add_argument("--epsilon-min", type=fraction, default=0.0,
+                   help="floor of the exploration rate, in [0, 1] (default %(default)s)")
     p.add_argument("--reward-transform", choices=REWARD_TRANSFORMS, default="symlog",
                    help="what the Q models learn from: symlog = sign(r) log(1 + |r|) (default), none = the raw "
                         "reward (the thesis); docs/rl.md compares them")

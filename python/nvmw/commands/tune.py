@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reward-transform", choices=REWARD_TRANSFORMS, default="symlog",
                    help="the target the models are tuned on, as the agent will learn it (default %(default)s; "
                         "none: the raw reward, as the thesis)")
-    p.add_argument("--seed", type=nonneg_int, default=0)
+    p.add_argument("--seed", type=nonneg_int, default=0,
+                   help="seed of the train/test split, the folds, the --max-samples subset and the models (default %(default)s)")
     p.set_defaults(func=run)
 
 

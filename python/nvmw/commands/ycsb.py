@@ -6,7 +6,7 @@ import argparse
 
 from nvmw.commands import SUMMARIES
 from nvmw.commands._args import add_pool_args, add_store_args, argv_of, float_in, fraction, int_in, nonneg_float, nonneg_int, pool_config, pool_path
-from nvmw.commands._util import cores, print_json
+from nvmw.commands._util import cores, plural, print_json
 from nvmw.middleware import Middleware
 from nvmw.workloads.traces import MAX_SCHEDULE_S
 from nvmw.workloads.ycsb import OPERATIONS_MAX, RECORDS_MAX, YcsbConfig, measure_capacity, run_ycsb
@@ -27,18 +27,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "memory engine with 16 threads, an insert adding a record (0: use --duration)")
     p.add_argument("--duration", type=float_in(0.0, MAX_SCHEDULE_S), default=None,
                    help="seconds to run (default 5 when --ops is not given; with both, first reached ends)")
-    p.add_argument("--read-proportion", type=fraction, default=0.5)
+    p.add_argument("--read-proportion", type=fraction, default=0.5,
+                   help="fraction of operations that are reads, in [0, 1] (default %(default)s)")
     p.add_argument("--update-proportion", type=fraction, default=None,
-                   help="default: 1 - read - insert")
-    p.add_argument("--insert-proportion", type=fraction, default=0.0)
-    p.add_argument("--distribution", choices=["uniform", "zipfian", "latest"], default="zipfian")
+                   help="fraction of operations that are updates, in [0, 1] (default: 1 - read - insert)")
+    p.add_argument("--insert-proportion", type=fraction, default=0.0,
+                   help="fraction of operations that insert a new record, in [0, 1] (default %(default)s)")
+    p.add_argument("--distribution", choices=["uniform", "zipfian", "latest"], default="zipfian",
+                   help="key distribution of reads and updates (default %(default)s)")
     p.add_argument("--value-size", type=int_in(1, 1 << 30), default=128, help="bytes per value (default %(default)s)")
     p.add_argument("--threads", type=int_in(1, 4096), default=16, help="client threads (default %(default)s)")
     p.add_argument("--target-rate", type=nonneg_float, default=0.0,
                    help="total ops/s, paced per thread (0: as fast as possible)")
     p.add_argument("--class", dest="request_class", choices=["interactive", "batch", "auto"],
                    default="interactive", help="class hint of every request (default %(default)s)")
-    p.add_argument("--seed", type=nonneg_int, default=1)
+    p.add_argument("--seed", type=nonneg_int, default=1,
+                   help="seed of the clients' key and operation streams (default %(default)s)")
     p.add_argument("--interval", type=nonneg_float, default=0.0,
                    help="also report per-interval p99/throughput every this many seconds")
     add_store_args(p)
@@ -63,7 +67,7 @@ def _config(args: argparse.Namespace):
 
 
 def _print_table(result: dict) -> None:
-    print(f"elapsed {result['elapsed_s']:.3f} s, loaded {result['records_loaded']} records "
+    print(f"elapsed {result['elapsed_s']:.3f} s, loaded {plural(result['records_loaded'], 'record')} "
           f"in {result['load_s']:.3f} s")
     print(f"{'op':<8}{'ops':>10}{'ops/s':>12}{'mean us':>10}{'p50 us':>10}{'p99 us':>10}"
           f"{'p99.9 us':>10}{'max us':>10}{'errors':>8}")
@@ -79,17 +83,14 @@ def _print_table(result: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        cfg = _config(args).validate()
-        control, interactive_threads, batch_threads = pool_config(args)
-    except ValueError as e:
-        raise SystemExit(f"nvmw ycsb: {e}")
+    cfg = _config(args).validate()
+    control, interactive_threads, batch_threads = pool_config(args)
     if args.capacity:
         try:
             result = measure_capacity(cfg, middleware_threads=interactive_threads)
         except ValueError as e:  # the controller's interactive threads beyond the middleware's bound
-            raise SystemExit(f"nvmw ycsb: --capacity runs the middleware target with the controller's "
-                             f"interactive threads: {e}")
+            raise ValueError(f"--capacity runs the middleware target with the controller's "
+                             f"interactive threads: {e}") from None
         if args.json:
             print_json(result)
         else:

@@ -66,7 +66,7 @@ def interactive_capacity(device: str, *, engine: str = "memory", clients: Sequen
         rows.append({"clients": int(n), "ops_per_s": float(r["ops_per_s"]), "p50_us": float(r["p50_us"]),
                      "p99_us": float(r["p99_us"]), "errors": int(r["errors"])})
         if progress is not None:
-            progress(f"{n} clients: {r['ops_per_s']:,.0f} ops/s, p99 {r['p99_us']:.1f} us")
+            progress(f"{n} client{'' if n == 1 else 's'}: {r['ops_per_s']:,.0f} ops/s, p99 {r['p99_us']:.1f} us")
     best = max(rows, key=lambda r: r["ops_per_s"])
     return {"ops_per_s": best["ops_per_s"], "clients": best["clients"], "engine": engine,
             "value_bytes": int(value_bytes), "read_proportion": float(read_proportion),
