@@ -195,13 +195,18 @@ def _message(e: BaseException, options: dict) -> str:
     if isinstance(e, OSError) and e.strerror:
         if e.filename is None:
             return e.strerror
-        name = os.fsdecode(e.filename)
+        name = _name(e.filename)
         option = options.get(name)
         where = f"{option} {name}" if option else name
         if e.filename2 is not None:
-            where += f" -> {os.fsdecode(e.filename2)}"
+            where += f" -> {_name(e.filename2)}"
         return f"{where}: {e.strerror}"
     return str(e.args[0] if isinstance(e, KeyError) and len(e.args) == 1 else e)
+
+
+def _name(filename) -> str:
+    """An OSError's file as text: a path, or a file descriptor's number."""
+    return os.fsdecode(filename) if isinstance(filename, (str, bytes, os.PathLike)) else str(filename)
 
 
 def _call(run, command: str, options: dict | None = None) -> int:

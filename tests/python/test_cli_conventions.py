@@ -102,6 +102,14 @@ def test_an_os_error_names_the_option_its_file_came_from(capsys):
     assert capsys.readouterr().err == "nvmw sim check: error: p.json: No such file or directory\n"
 
 
+def test_an_os_error_about_a_file_descriptor_names_its_number(capsys):
+    def fails():
+        os.stat(2**30)  # no such descriptor: the error's filename is the number
+
+    assert _call(fails, "device show", {}) == 1
+    assert capsys.readouterr().err == f"nvmw device show: error: {2**30}: Bad file descriptor\n"
+
+
 def test_a_broken_pipe_that_is_not_stdout_is_an_error_line(capsys):
     # A client's socket closing under a command is the command's failure: said, not silenced.
     def fails():
