@@ -36,12 +36,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--max-size", type=nonneg_int, default=None,
                    help="keep records of at most this many bytes (default: all)")
     f.add_argument("--max-records", type=positive_int, default=None,
-                   help="keep the first this many records (default: all)")
+                   help="then keep only the first this many records (default: all)")
     f.add_argument("--fixed-size", type=int_in(1, 1 << 30), default=None, help="every request gets this many bytes")
     f.add_argument("--write-ratio", type=fraction, default=None, help="exact fraction of writes")
     f.add_argument("--key-space", type=positive_int, default=None, help="map keys onto this many keys")
     p.add_argument("--seed", type=nonneg_int, default=0,
-                   help="seed of the filters that draw (--write-ratio, --key-space) and of the replay (default %(default)s)")
+                   help="seed of the --write-ratio and --key-space draws and of the replay (default %(default)s)")
     m = p.add_argument_group("middleware")
     add_store_args(m)
     add_pool_args(m, default=(4, 4))
