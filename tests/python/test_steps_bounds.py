@@ -37,7 +37,9 @@ def no_run(monkeypatch, tmp_path):
 
 
 _COMMANDS = {
-    "collect": ["collect", "--env", "synthetic", "--out", "t.npz"],
+    # One episode of one phase: at the largest --steps its transitions (about 1 GB) fit in
+    # memory, which collect checks for the product of its options before it runs.
+    "collect": ["collect", "--env", "synthetic", "--episodes", "1", "--phases", "1", "--out", "t.npz"],
     "train": ["train", "--env", "synthetic", "--out", "a.joblib"],
     "evaluate": ["evaluate", "--env", "synthetic", "--controllers", "none", "fixed:15,15", "--out", "eval"],
 }
