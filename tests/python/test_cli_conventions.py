@@ -48,7 +48,7 @@ def _trace(tmp_path) -> str:
     (["sweep", "--grid-i", "40"], "nvmw sweep: error: grid_i values must be in [1, 32]"),
     (["trace", "stats", "{missing}"], "nvmw trace stats: error: {missing}: "),
     (["trace", "synth", "azure", "--rows", "1", "-o", ""], "nvmw trace synth: error: "),
-    (["run-phase", "1", "--controller", "bogus"], "nvmw run-phase: error: "),
+    (["run-phase", "1", "--controller", "q-learning:{missing}"], "nvmw run-phase: error: no trained agent at "),
     (["check", "{trace}"], "nvmw check: error: "),
 ])
 def test_a_failing_command_prints_one_common_error_line(tmp_path, capsys, argv, start):

@@ -107,12 +107,38 @@ def test_a_missing_shipped_file_names_a_fix_every_command_has():
     assert "nvmw calibrate" in str(e.value) and "pass --oracle" not in str(e.value)
 
 
-@pytest.mark.parametrize("cmd", [["ycsb", "--duration", "0.1"], ["run-phase", "1", "--duration", "1"],
-                                 ["sim", "run", "--windows", "1"]])
+@pytest.mark.parametrize("cmd", [["ycsb", "--duration", "0.1"], ["sim", "run", "--windows", "1"]])
 def test_a_fixed_count_below_one_is_refused_naming_the_spelling(capsys, cmd):
     # Was: "fixed thread counts must be >= 1", which named neither --controller nor the value.
     assert main([*cmd, "--controller", "fixed:0,3"]) == 1
     assert "fixed:0,3: thread counts must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cmd, option", [(["run-phase", "1", "--duration", "1"], "--controller"),
+                                         (["serve", "--port", "0"], "--controller"),
+                                         (["evaluate", "--env", "sim", "--steps", "2", "--out", "x"],
+                                          "--controllers")])
+@pytest.mark.parametrize("spelling", ["fixed:0,3", "fixed:40,40", "fixed:3,33"])
+def test_a_fixed_count_out_of_range_is_a_usage_error_before_the_run(capsys, cmd, option, spelling):
+    # Was refused only once the run had started (run-phase after printing its header,
+    # evaluate after its progress bar, serve after making its pool), exit 1, in words
+    # ("threads must be integers in [1, 32]") that named no option.
+    with pytest.raises(SystemExit) as e:
+        main([*cmd, option, spelling])
+    assert e.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert f"argument {option}: {spelling}: thread counts must be in [1, 32]" in err
+
+
+def test_serve_lists_only_the_controllers_it_runs(capsys):
+    # Its list of names offered the oracle, which serve refuses.
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "--controller", "bogus"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --controller: unknown controller 'bogus': use one of none, fixed:I,B, aimd" in err
+    assert "oracle" not in err
 
 
 def test_a_command_that_executes_itself_again_notes_an_old_spelling_once():

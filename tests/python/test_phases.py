@@ -142,4 +142,6 @@ def test_run_phase_cli_prints_windows(capsys):
     lines = [line for line in out.splitlines() if line.strip().startswith(tuple("0123456789"))]
     assert len(lines) >= 3
     assert all(" 2/2" in line for line in lines)
-    assert main(["run-phase", "1", "--controller", "bogus"]) == 1
+    with pytest.raises(SystemExit) as e:  # a usage error, before the run
+        main(["run-phase", "1", "--controller", "bogus"])
+    assert e.value.code == 2

@@ -256,7 +256,9 @@ def test_serve_refuses_bad_numbers(capsys):
 
 
 def test_serve_refuses_an_unknown_controller(capsys):
-    assert main(["serve", "--engine", "memory", "--controller", "bogus"]) == 1
+    with pytest.raises(SystemExit) as e:  # a usage error, before anything starts
+        main(["serve", "--engine", "memory", "--controller", "bogus"])
+    assert e.value.code == 2
     assert "unknown controller" in capsys.readouterr().err
 
 

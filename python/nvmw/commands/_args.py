@@ -10,13 +10,15 @@ import os
 import re
 import stat
 import sys
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from nvmw.commands._util import ensure_pmem_force
 from nvmw.control.controllers import NoControl
 from nvmw.devices import list_profiles, load_profile
 from nvmw.errors import NvmwError
-from nvmw.lab.lineup import CONTROLLER_NAMES, ControllerContext, canonical_name, deprecated, make_controller
+from nvmw.lab.lineup import CONTROLLER_FACTORIES, CONTROLLER_NAMES, DEPRECATED_NAMES, ControllerContext, canonical_name
+from nvmw.lab.lineup import deprecated, make_controller
+from nvmw.middleware import DEFAULT_MAX_THREADS
 from nvmw.rl.simrun import RUN_WINDOWS_MAX
 from nvmw.scratch import scratch_dir
 from nvmw.workloads.phases import list_phases
@@ -140,6 +142,30 @@ def runner_from_args(args, env: ControlEnv) -> EpisodeRunner:
 #: --format of the commands that read a trace file (`nvmw.workloads.traces.sniff_format`).
 TRACE_FORMAT_HELP = ("trace file format (default: from the file's header: native when it is "
                      "time_ms,op,key,bytes, else azure)")
+
+
+def controller_spelling(leave_out: tuple = ()) -> Callable[[str], str]:
+    """The argparse type of a --controller (or one entry of --controllers) whose run
+    opens a middleware with the default thread limit: an unknown name (those in
+    `leave_out` are not listed as choices) or fixed:I,B with a count outside
+    [1, DEFAULT_MAX_THREADS] is a usage error naming the option, before anything starts
+    (the run refused it only once it had started, in words that named no option).
+    Whatever else a controller needs (an SLA, an agent file) is checked by the run."""
+    def parse(text: str) -> str:
+        kind, _, arg = text.partition(":")
+        kind = DEPRECATED_NAMES.get(kind, kind)
+        if kind not in CONTROLLER_FACTORIES:
+            names = ", ".join(n for n in CONTROLLER_NAMES if n.partition(":")[0] not in leave_out)
+            raise argparse.ArgumentTypeError(f"unknown controller {text!r}: use one of {names}")
+        if kind == "fixed" and arg:
+            m = re.fullmatch(r"(-?[0-9]+),(-?[0-9]+)", arg)
+            if m is None:
+                raise argparse.ArgumentTypeError(f"fixed controller wants 'fixed:I,B' (e.g. fixed:10,10), "
+                                                 f"got {text!r}")
+            if not all(1 <= int(x) <= DEFAULT_MAX_THREADS for x in m.groups()):
+                raise argparse.ArgumentTypeError(f"{text}: thread counts must be in [1, {DEFAULT_MAX_THREADS}]")
+        return text
+    return parse
 
 
 def controller_help(default: str, *, leave_out: tuple = ()) -> str:

@@ -11,7 +11,7 @@ import sys
 from nvmw.commands import SUMMARIES
 from nvmw.commands._args import check_beside, check_output_dir, check_output_file, int_in, positive_int, steps_help
 from nvmw.control.controllers import OnlineAgentController
-from nvmw.commands._args import add_env_args, controller_help
+from nvmw.commands._args import add_env_args, controller_help, controller_spelling
 from nvmw.errors import Interrupted
 from nvmw.lab.evaluation import evaluate_lineup, write_outputs
 from nvmw.lab.lineup import DEFAULT_LINEUP, ControllerContext, deprecated
@@ -47,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "own, the turns kept: the parent tells one process at a time to run its segment "
                         "(default: all in this process). With --online or q-learning-online the agent as it "
                         "ended the run comes back from its process, so --save-agent works")
-    p.add_argument("--controllers", nargs="+", default=list(DEFAULT_LINEUP),
+    p.add_argument("--controllers", nargs="+", default=list(DEFAULT_LINEUP), type=controller_spelling(),
                    help=controller_help(" ".join(DEFAULT_LINEUP)))
     p.add_argument("--agent", default=None, help="trained agent (default: the shipped one for --device)")
     p.add_argument("--online", action="store_true",

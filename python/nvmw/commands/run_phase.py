@@ -6,7 +6,7 @@ import argparse
 
 from nvmw.commands import SUMMARIES
 from nvmw.commands._args import float_in, nonneg_int, positive_float
-from nvmw.commands._args import add_store_args, argv_of, controller_help, pool_path
+from nvmw.commands._args import add_store_args, argv_of, controller_help, controller_spelling, pool_path
 from nvmw.commands._util import UsageError, cores, ensure_pmem_force, plural, print_json
 from nvmw.control.sla import load_spec
 from nvmw.lab.lineup import ControllerContext, make_controller
@@ -39,7 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--duration", type=float_in(0.0, RUN_S_MAX), default=30.0,
                    help=f"seconds, rounded to whole windows (at least one); at most {RUN_S_MAX:g} (a day) and "
                         f"{RUN_WINDOWS_MAX:,} windows of --window (default %(default)s)")
-    p.add_argument("--controller", default="fixed:10,10", help=controller_help("%(default)s"))
+    p.add_argument("--controller", default="fixed:10,10", type=controller_spelling(),
+                   help=controller_help("%(default)s"))
     p.add_argument("--sla", default=None, help="SLA spec judging each window for the controller "
                    "(default: the calibrated spec for --device)")
     p.add_argument("--seed", type=nonneg_int, default=0, help="seed of the run (same seed, same traces)")

@@ -28,7 +28,8 @@ _early_stop = (StopSignals().install(block=True)
                else None)
 
 from nvmw.commands import SUMMARIES  # noqa: E402
-from nvmw.commands._args import add_store_args, argv_of, controller_help, int_in, pool_path  # noqa: E402
+from nvmw.commands._args import add_store_args, argv_of, controller_help, controller_spelling  # noqa: E402
+from nvmw.commands._args import int_in, pool_path  # noqa: E402
 from nvmw.commands._util import ensure_pmem_force  # noqa: E402
 from nvmw.devices import list_profiles  # noqa: E402
 from nvmw.lab.runs import shipped_agent_path  # noqa: E402
@@ -67,7 +68,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_store_args(p, engine_default="pmem")
     p.add_argument("--pool-mb", type=int_in(8, 1 << 24), default=1024,
                    help="size of a new pmem pool, MiB (default %(default)s)")
-    p.add_argument("--controller", default=DEFAULT_CONTROLLER, help=controller_help("%(default)s", leave_out=("oracle",)))
+    p.add_argument("--controller", default=DEFAULT_CONTROLLER, type=controller_spelling(leave_out=("oracle",)),
+                   help=controller_help("%(default)s", leave_out=("oracle",)))
     p.add_argument("--sla", default=None, help="SLA spec judging each window: a TOML path or a shipped "
                    "name (default: the calibrated spec for --device, the thesis's for none)")
     p.add_argument("--metrics-port", type=_port, default=None,
