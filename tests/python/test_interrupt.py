@@ -77,13 +77,13 @@ class _Cli:
         self.proc.stdout.close()
         self.proc.stderr.close()
 
-    def interrupt(self) -> tuple[int, str, str]:
-        self.proc.send_signal(signal.SIGINT)
+    def interrupt(self, sig: signal.Signals = signal.SIGINT) -> tuple[int, str, str]:
+        self.proc.send_signal(sig)
         try:
             self.proc.wait(timeout=HANG_S)
         except subprocess.TimeoutExpired:
             self.close()
-            pytest.fail(f"still running {HANG_S:.0f} s after SIGINT:\n{self.stderr()[-2000:]}")
+            pytest.fail(f"still running {HANG_S:.0f} s after {sig.name}:\n{self.stderr()[-2000:]}")
         self.close()
         return self.proc.returncode, "".join(self.out), self.stderr()
 
@@ -300,15 +300,8 @@ def test_sigterm_stops_a_run_as_ctrl_c_does_and_removes_its_temporary_pool():
         pools = {line.split()[-1] for line in fh if "/nvmw-phase-" in line}
     assert len(pools) == 1, pools
     pool = pools.pop()
-    cli.proc.send_signal(signal.SIGTERM)
-    try:
-        cli.proc.wait(timeout=HANG_S)
-    except subprocess.TimeoutExpired:
-        cli.close()
-        pytest.fail(f"still running {HANG_S:.0f} s after SIGTERM:\n{cli.stderr()[-2000:]}")
-    cli.close()
-    err = cli.stderr()
-    assert cli.proc.returncode == 130, err[-2000:]
+    code, _, err = cli.interrupt(signal.SIGTERM)
+    assert code == 130, err[-2000:]
     assert "interrupted" in err and "Traceback" not in err
     assert not os.path.exists(os.path.dirname(pool))
 

@@ -147,11 +147,17 @@ def pair(bind: str = "127.0.0.1", nvmw_args: tuple = ("--engine", "memory")):
                   rb"listening on [\d.]+:(\d+)")
         yield redis_port, int(m.group(1))
     finally:
-        for proc in procs:
-            proc.terminate()
-            rc = proc.wait(timeout=60)
-            proc.stdout.close()
-            assert rc == 0, f"{proc.args[0]} exited with {rc}"
+        stop_all(procs)
+
+
+def stop_all(procs: list) -> None:
+    """Stop the servers a test started; each must exit cleanly."""
+    for proc in procs:
+        proc.terminate()
+        rc = proc.wait(timeout=60)
+        proc.stdout.close()
+        assert rc == 0, f"{proc.args[0]} exited with {rc}"
+
 
 @pytest.fixture(scope="module")
 def ports():
@@ -528,11 +534,7 @@ def test_redis_server_starts_again_on_another_port_when_its_was_taken():
             assert len(starts) == 2 and len(procs) == 1, (starts, procs)
             assert exchange(port, [cmd("PING")]) == [b"+PONG\r\n"]
         finally:
-            for proc in procs:
-                proc.terminate()
-                rc = proc.wait(timeout=60)
-                proc.stdout.close()
-                assert rc == 0, f"{proc.args[0]} exited with {rc}"
+            stop_all(procs)
 
 
 def host_address() -> str:
