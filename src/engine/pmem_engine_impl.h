@@ -194,29 +194,31 @@ class PmemEngine final : public Engine {
     uint64_t b = h & bucket_mask_;
     std::shared_lock lock(stripes_[b % kLockStripes].mu);
     const Entry* e = Find(b, h, key, nullptr);
-    if (e == nullptr) return Missing(b, h, key);
+    if (e == nullptr) return Missing(b, key);
     s = Servable(e, key);
     if (!s.ok()) return s;
     use(e);
     return Status::OK();
   }
 
-  // What a lookup of `key` (hash h) that found nothing in bucket b answers (stripe lock
-  // held). NotFound, unless the chain holds an entry quarantined at open that may be this
-  // key's own: one whose lengths cannot be read (or that a damaged link put in this
-  // chain), one that holds this very key under a damaged hash, or one that was written
-  // under this key's hash and whose key bytes no longer hash to it. No key compares equal
-  // to such an entry, so without this its key would read as absent: a written key
-  // silently gone. Corruption instead, as for a hit on a damaged entry; an entry whose key
-  // and hash agree is another key's, and lookups in other buckets are not affected.
-  Status Missing(uint64_t b, uint64_t h, std::string_view key) const {
+  // What a lookup of `key` that found nothing in bucket b answers (stripe lock held).
+  // NotFound, unless the chain holds an entry quarantined at open that may be this key's
+  // own: one whose lengths cannot be read (or that a damaged link put in this chain), one
+  // that holds this very key under a damaged hash, or one whose key bytes do not hash to
+  // its stored hash. The last has a damaged key, a damaged hash or both; once the hash
+  // may be damaged nothing left says whose entry it was, so it may be the entry of any
+  // key that misses in this chain. No key compares equal to it, so without this its key
+  // would read as absent: a written key silently gone. Corruption instead, as for a hit
+  // on a damaged entry. An entry whose key and hash agree (damaged elsewhere, say in its
+  // value) is that key's alone: the chain's other keys stay NotFound, and lookups in
+  // other buckets are not affected.
+  Status Missing(uint64_t b, std::string_view key) const {
     if (!has_quarantine_.load(std::memory_order_acquire)) return Status::NotFound();
     for (uint64_t off = buckets_[b]; off != 0; off = At(off)->next) {
       bool readable = false;
       if (!Quarantined(off, &readable)) continue;
       const Entry* e = At(off);
-      const bool maybe_ours = !readable || e->Key() == key ||
-                              (e->hash == h && HashKey(e->Key()) != e->hash);
+      const bool maybe_ours = !readable || e->Key() == key || HashKey(e->Key()) != e->hash;
       if (maybe_ours) {
         return Status::Corruption("key \"" + Printable(key) +
                                   "\": not found, but an entry damaged at open in its bucket may be "

@@ -19,6 +19,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "engine/engine_util.h"
@@ -345,6 +346,65 @@ TEST_F(DamageTest, FlippedKeyByteIsCorruptionNotAbsent) {
   ASSERT_TRUE(e->Put(Key(42), "fresh").ok());
   ASSERT_TRUE(e->Get(Key(42), &v).ok());
   EXPECT_EQ(v, "fresh");
+}
+
+TEST_F(DamageTest, FlippedKeyAndHashBytesAreCorruptionNotAbsent) {
+  // Key bytes and stored hash both damaged: no lookup matches the entry and its hash is
+  // no longer the key's, so nothing says whose it was. It was read as absent.
+  const size_t entry = EntryOffset(42);
+  const uint64_t bucket = BucketOf(Key(42));
+  // A bit of the hash's top byte (the bucket, its low bits, unchanged), then bits of its
+  // low byte (the stored hash names another bucket; the links still put it in this one).
+  const std::pair<size_t, char> kHashDamage[] = {{7, 0x40}, {0, 0x05}};
+  for (auto [at, bits] : kHashDamage) {
+    SCOPED_TRACE("hash byte " + std::to_string(at));
+    std::string img = pristine_;
+    img[entry + 40 + 2] ^= 0x01;   // "dmg-key-42" reads "dlg-key-42"
+    img[entry + 16 + at] ^= bits;  // Entry::hash
+    uint64_t stored;
+    std::memcpy(&stored, img.data() + entry + 16, 8);
+    ASSERT_NE(stored, engine_internal::HashKey(Key(42)));
+    ASSERT_NE(stored, engine_internal::HashKey(img.substr(entry + 40, Key(42).size())));
+    ASSERT_EQ((stored & (Small().bucket_count - 1)) == bucket, at == 7);
+    WriteFile(path_, img);
+    std::unique_ptr<Engine> e;
+    Status s = OpenPmemEngine(path_, Small(), &e);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(e->Count(), static_cast<uint64_t>(kKeys - 1));
+    std::string v = "untouched";
+    s = e->Get(Key(42), &v);
+    EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+    EXPECT_NE(s.message().find(Key(42)), std::string::npos) << s.message();
+    EXPECT_EQ(v, "untouched");
+    s = e->Exists(Key(42));
+    EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+    // Every other key is served. A miss in its bucket may be the damaged entry's key,
+    // so it is not answered either; misses in the other buckets are absent.
+    for (int i = 0; i < kKeys; ++i) {
+      if (i == 42) continue;
+      ASSERT_TRUE(e->Get(Key(i), &v).ok()) << Key(i);
+      EXPECT_EQ(v, Val(i));
+    }
+    int same_bucket = 0;
+    int elsewhere = 0;
+    for (int i = 0; i < 2000 && same_bucket < 3; ++i) {
+      const std::string k = "never-written-" + std::to_string(i);
+      s = e->Get(k, &v);
+      if (BucketOf(k) == bucket) {
+        EXPECT_TRUE(s.IsCorruption()) << k << ": " << s.ToString();
+        ++same_bucket;
+      } else {
+        EXPECT_TRUE(s.IsNotFound()) << k << ": " << s.ToString();
+        ++elsewhere;
+      }
+    }
+    EXPECT_EQ(same_bucket, 3);
+    EXPECT_GT(elsewhere, 50);
+    // A Put of the key gives it a fresh entry, served from then on.
+    ASSERT_TRUE(e->Put(Key(42), "fresh").ok());
+    ASSERT_TRUE(e->Get(Key(42), &v).ok());
+    EXPECT_EQ(v, "fresh");
+  }
 }
 
 TEST_F(DamageTest, DamagedValueLeavesOtherKeysOfItsBucketAbsentNotCorrupt) {
