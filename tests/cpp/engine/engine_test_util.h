@@ -1,12 +1,18 @@
 // Helpers shared by the engine tests and the crash-test child: temporary pool
-// directories on /dev/shm, self-describing values whose damage is detectable, whole
-// files read and written, and pools of a foreign layout.
+// directories on /dev/shm that a killed test does not leave behind, self-describing
+// values whose damage is detectable, whole files read and written, and pools of a
+// foreign layout.
 #ifndef NVMW_TESTS_ENGINE_ENGINE_TEST_UTIL_H_
 #define NVMW_TESTS_ENGINE_ENGINE_TEST_UTIL_H_
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <libpmemobj.h>
 #include <stdlib.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
@@ -15,21 +21,92 @@
 #include <iterator>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace nvmw::test {
 
-// A fresh directory under /dev/shm (tmpfs: pools cost RAM, not disk, and run at
-// DRAM speed with PMEM_IS_PMEM_FORCE=1), removed with its contents on scope exit.
+// The lock file of a temporary directory: its process keeps it locked (flock) while the
+// directory lives, and the kernel drops the lock when the process dies however it dies
+// (SIGKILL, a timeout, a crash). The same protocol as python/nvmw/scratch.py, so that
+// either removes the other's stale directories.
+inline constexpr char kTempDirOwner[] = ".nvmw-owner";
+inline constexpr char kTempDirPrefix[] = "nvmw-";
+
+// Removes every directory base/nvmw-* of this user whose lock file nobody holds, and
+// returns how many. A directory without the lock file (another tool's, or one being
+// made) and one whose lock is held are left alone; another process removing the same
+// directories at once removes each one at most once between them.
+inline int RemoveStaleTempDirs(const std::string& base) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(base.c_str())) {
+    while (const dirent* e = readdir(d)) {
+      if (std::strncmp(e->d_name, kTempDirPrefix, sizeof(kTempDirPrefix) - 1) == 0) {
+        names.emplace_back(e->d_name);
+      }
+    }
+    closedir(d);
+  }
+  int removed = 0;
+  for (const std::string& name : names) {
+    const std::string dir = base + "/" + name;
+    const std::string owner = dir + "/" + kTempDirOwner;
+    struct stat st;
+    if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) continue;
+    const int fd = open(owner.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;  // not one of these directories, or removed already
+    // Locked: its process lives. A lock taken on a file another process has removed
+    // meanwhile (the path now names another file, or none) says nothing about the path.
+    struct stat locked, now;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 || fstat(fd, &locked) != 0 ||
+        lstat(owner.c_str(), &now) != 0 || locked.st_dev != now.st_dev ||
+        locked.st_ino != now.st_ino) {
+      close(fd);
+      continue;
+    }
+    // The lock file goes last: a removal cut short leaves a directory the next one removes.
+    std::vector<std::filesystem::path> entries;
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      if (it->path().filename() != kTempDirOwner) entries.push_back(it->path());
+    }
+    for (const auto& p : entries) std::filesystem::remove_all(p, ec);
+    unlink(owner.c_str());
+    if (rmdir(dir.c_str()) == 0) ++removed;
+    close(fd);
+  }
+  return removed;
+}
+
+// A fresh directory base/<prefix>XXXXXX (by default under /dev/shm: tmpfs, so pools
+// cost RAM, not disk, and run at DRAM speed with PMEM_IS_PMEM_FORCE=1), removed with
+// its contents on scope exit. It holds a lock file locked for its life, and making one
+// first removes the directories of dead processes (RemoveStaleTempDirs). path() is
+// empty when the directory could not be made. `prefix` starts with "nvmw-".
 class TempDir {
  public:
-  TempDir() {
-    char tmpl[] = "/dev/shm/nvmw-engine-test-XXXXXX";
-    char* p = mkdtemp(tmpl);
-    path_ = p != nullptr ? p : "";
+  explicit TempDir(const std::string& base = "/dev/shm",
+                   const std::string& prefix = "nvmw-engine-test-") {
+    RemoveStaleTempDirs(base);
+    std::string tmpl = base + "/" + prefix + "XXXXXX";
+    if (mkdtemp(tmpl.data()) == nullptr) return;
+    // Locked under a temporary name, then renamed: a lock file that can be seen is
+    // always one its process locked first.
+    const std::string fresh = tmpl + "/" + kTempDirOwner + ".new";
+    lock_fd_ = open(fresh.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+    if (lock_fd_ < 0 || flock(lock_fd_, LOCK_EX) != 0 ||
+        rename(fresh.c_str(), (tmpl + "/" + kTempDirOwner).c_str()) != 0) {
+      std::error_code ec;
+      std::filesystem::remove_all(tmpl, ec);
+      if (lock_fd_ >= 0) close(lock_fd_);
+      lock_fd_ = -1;
+      return;
+    }
+    path_ = tmpl;
   }
   ~TempDir() {
     std::error_code ec;
     if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+    if (lock_fd_ >= 0) close(lock_fd_);
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
@@ -38,6 +115,7 @@ class TempDir {
 
  private:
   std::string path_;
+  int lock_fd_ = -1;
 };
 
 inline std::string ReadFile(const std::string& path) {
