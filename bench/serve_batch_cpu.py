@@ -25,7 +25,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_vs_redis import BatchLoad, free_port, wait_port  # noqa: E402
+from serve_vs_redis import BatchLoad, start_nvmw  # noqa: E402
 from _report import emit  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -63,13 +63,10 @@ def perf_stat(tids: list, seconds: float) -> subprocess.Popen:
 
 def one_run(args, serve_args: list) -> dict:
     with tempfile.TemporaryDirectory(prefix="nvmw-batch-cpu-", dir="/dev/shm") as d:
-        port = free_port()
-        cmd = [sys.executable, "-m", "nvmw", "serve", "--port", str(port), "--engine", "pmem", "--path",
+        cmd = [sys.executable, "-m", "nvmw", "serve", "--port", "0", "--engine", "pmem", "--path",
                os.path.join(d, "serve.pool"), "--pool-mb", "2048", *serve_args]
-        proc = subprocess.Popen(cmd, env=dict(os.environ, PMEM_IS_PMEM_FORCE="1"),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        port, proc = start_nvmw(cmd, dict(os.environ, PMEM_IS_PMEM_FORCE="1"))
         try:
-            wait_port(port, proc)
             load = BatchLoad(port, args.clients, args.keys)
             load.start()
             time.sleep(2.0)  # every connection on the batch loop, the pool warm

@@ -41,7 +41,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_vs_redis import BatchLoad, bench, free_port, need, results, wait_port  # noqa: E402
+from serve_vs_redis import BatchLoad, bench, need, results, start_nvmw, start_redis  # noqa: E402
 from _report import emit  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -194,22 +194,18 @@ def profiled_run(server_pid: int, port: int, inter_args: tuple, *, is_nvmw: bool
 
 
 def run_server(name: str, spec: str, d: str) -> tuple:
-    port = free_port()
     if name == "redis":
-        proc = subprocess.Popen([need("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                 "--appendonly", "no", "--dir", d, "--logfile", os.path.join(d, "redis.log")],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    else:
-        env = dict(os.environ, PMEM_IS_PMEM_FORCE="1")
-        words = spec.split()
-        while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):  # leading NAME=VALUE: environment
-            k, v = words.pop(0).split("=", 1)
-            env[k] = v
-        cmd = [sys.executable, "-m", "nvmw", "serve", "--port", str(port), "--engine", "pmem", "--path",
-               os.path.join(d, f"{name}.pool"), "--pool-mb", "2048", *words]
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_port(port, proc)
-    return port, proc
+        log = os.path.join(d, "redis.log")
+        return start_redis(lambda port: [need("redis-server"), "--port", str(port), "--bind", "127.0.0.1",
+                                         "--save", "", "--appendonly", "no", "--dir", d, "--logfile", log], log)
+    env = dict(os.environ, PMEM_IS_PMEM_FORCE="1")
+    words = spec.split()
+    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):  # leading NAME=VALUE: environment
+        k, v = words.pop(0).split("=", 1)
+        env[k] = v
+    cmd = [sys.executable, "-m", "nvmw", "serve", "--port", "0", "--engine", "pmem", "--path",
+           os.path.join(d, f"{name}.pool"), "--pool-mb", "2048", *words]
+    return start_nvmw(cmd, env)
 
 
 def main() -> int:

@@ -36,12 +36,14 @@ and `--serve-arg` change nvmw's configuration.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
 import json
 import os
 import platform
 import re
+import select
 import shutil
 import signal
 import socket
@@ -49,6 +51,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from _report import emit
@@ -66,10 +69,83 @@ REDIS_PERSISTENCE = {
 }
 
 
+#: strerror(EADDRINUSE), as redis-server logs a port it could not bind.
+ADDRESS_IN_USE = "Address already in use"
+#: Starts of redis-server tried before giving up: a port taken between its pick and the
+#: server's bind is rare, and one taken five times in a row says something is wrong.
+REDIS_ATTEMPTS = 5
+
+
 def free_port() -> int:
+    """A port no socket on loopback had bound a moment ago (another process may take it
+    before whoever it is given binds it: start_redis tries again then)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _drain(stream) -> None:
+    """Reads `stream` to its end, dropping what it reads, and closes it."""
+    with stream:
+        while stream.read1(65536):
+            pass
+
+
+def start_nvmw(cmd: list, env: dict, timeout: float = 120.0) -> tuple:
+    """Starts `nvmw serve` (`cmd`, with `--port 0`: the server binds a port of its own, which
+    no other process can take) and returns (port, process) once it listens, the port read
+    from its "listening on" line; its later output is read and dropped, so that it never
+    blocks on a full pipe."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    text, deadline = b"", time.monotonic() + timeout
+    while (m := re.search(rb"listening on [\d.]+:(\d+)", text)) is None:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([proc.stdout], [], [], left)[0]:
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()
+            raise RuntimeError(f"nvmw serve did not start in {timeout:g} s: {text.decode(errors='replace')}")
+        chunk = os.read(proc.stdout.fileno(), 4096)
+        if not chunk:
+            proc.wait()
+            proc.stdout.close()
+            raise RuntimeError(f"nvmw serve exited at start ({proc.returncode}): {text.decode(errors='replace')}")
+        text += chunk
+    threading.Thread(target=_drain, args=(proc.stdout,), daemon=True).start()
+    return int(m.group(1)), proc
+
+
+def start_redis(argv, log: str, timeout: float = 120.0) -> tuple:
+    """Starts redis-server (`argv(port)`, logging to the file `log`) and returns (port,
+    process) once it accepts connections. redis-server takes `--port 0` as "no TCP", so it
+    is given a port that was free a moment before; when another process took it meanwhile
+    (the server exits, its log says so), it is started again on a new one, at most
+    REDIS_ATTEMPTS starts in all."""
+    for _ in range(REDIS_ATTEMPTS):
+        port = free_port()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(log)  # redis-server appends: only this start's lines
+        proc = subprocess.Popen(argv(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with open(log, errors="replace") as f:
+                    said = f.read()
+            except FileNotFoundError:
+                said = ""
+            if "Ready to accept connections" in said:  # logged once it has bound the port
+                return port, proc
+            if proc.poll() is not None:
+                if ADDRESS_IN_USE in said:
+                    break
+                raise RuntimeError(f"redis-server exited at start ({proc.returncode}): {said}")
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                raise RuntimeError(f"redis-server did not start in {timeout:g} s: {said}")
+            time.sleep(0.1)
+    raise RuntimeError(f"each of {REDIS_ATTEMPTS} starts of redis-server found its port taken by another "
+                       f"process; the last said: {said}")
 
 
 def need(tool: str) -> str:
@@ -77,18 +153,6 @@ def need(tool: str) -> str:
     if path is None:
         sys.exit(f"{tool} is not installed: scripts/setup.sh installs it")
     return path
-
-
-def wait_port(port: int, proc: subprocess.Popen, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"server on port {port} did not start")
-            time.sleep(0.1)
 
 
 def pool_pages(pid: int, pool: str) -> dict:
@@ -420,22 +484,25 @@ def main() -> int:
 
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="nvmw-serve-bench-", dir="/dev/shm") as d:
-        rport, nport = free_port(), free_port()
-        redis_proc = subprocess.Popen([redis_server, "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
-                                       *REDIS_PERSISTENCE[args.redis_persistence][0], "--dir", d, "--logfile", os.path.join(d, "redis.log")],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        log = os.path.join(d, "redis.log")
+        rport, redis_proc = start_redis(lambda port: [
+            redis_server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+            *REDIS_PERSISTENCE[args.redis_persistence][0], "--dir", d, "--logfile", log], log)
         env = dict(os.environ, PMEM_IS_PMEM_FORCE="1")
-        cmd = [sys.executable, "-m", "nvmw", "serve", "--port", str(nport), "--engine", "pmem", "--path",
+        cmd = [sys.executable, "-m", "nvmw", "serve", "--port", "0", "--engine", "pmem", "--path",
                os.path.join(d, "serve.pool"), "--pool-mb", "2048", "--controller", args.controller]
         if args.io_threads:
             cmd += ["--io-threads", str(args.io_threads)]
         if args.batch_nice is not None:
             cmd += ["--batch-nice", str(args.batch_nice)]
         cmd += args.serve_arg
-        nvmw_proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            wait_port(rport, redis_proc)
-            wait_port(nport, nvmw_proc)
+            nport, nvmw_proc = start_nvmw(cmd, env)
+        except BaseException:
+            redis_proc.send_signal(signal.SIGTERM)
+            redis_proc.wait(timeout=60)
+            raise
+        try:
             pool_at_start = wait_huge_pages(nvmw_proc.pid, os.path.join(d, "serve.pool"), timeout=300)
             print(f"nvmw's pool: {pool_at_start['huge_kib'] >> 10} of {pool_at_start['mapped_kib'] >> 10} MiB "
                   f"on 2 MiB pages after {pool_at_start['waited_s']} s", file=sys.stderr)
