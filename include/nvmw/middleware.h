@@ -210,6 +210,13 @@ class Middleware {
 
   const MiddlewareOptions& options() const;
   bool running() const;
+  // Whether the machine has a core to spare for a thread of the caller's that would
+  // poll for work rather than sleep (a network loop between two requests): the threads
+  // busy in the middleware plus the machine's other runnable threads (the caller's
+  // among them), as the monitor samples them every queue_sample_s (the least of its
+  // last three samples), are at most the cores. The test the middleware's own idle
+  // workers make before they spin.
+  bool CoreToSpare() const;
   // Whether the calling thread is running one of this middleware's completions (also
   // nested inside a completion of another middleware). Such a thread must not wait
   // for this middleware: Stop, synchronous calls, and the waiting calls of a

@@ -100,6 +100,16 @@ struct ServerOptions {
   // at 10 clients 4 and 8 were within the rounds' spread; at 50 both were ahead of no
   // gathering (133-142 k against 92-128 k SETs/s) in all rounds but one.
   int group_min_ready = 8;
+  // Poll instead of sleeping: after a turn that had work, an interactive loop keeps
+  // asking epoll for ready connections (without blocking) for up to this many
+  // nanoseconds before it sleeps, but only while the machine leaves a core for it
+  // (Middleware::CoreToSpare: the middleware's busy threads and the machine's other
+  // runnable threads, sampled every few milliseconds, fewer than the cores). A client
+  // whose request finds the loop asleep pays for waking it (on a VM an inter-processor
+  // interrupt, a few microseconds of the client's own CPU per request); polling spares
+  // it. 0 (the default) never polls: a server that shares the machine gives back every
+  // idle moment. At most 1 s.
+  int64_t poll_ns = 0;
   // Stop(): how long replies may take to reach slow readers before their
   // connections are closed anyway (commands in flight always finish first). Infinity:
   // Stop waits for every reader.

@@ -231,4 +231,6 @@ const MiddlewareOptions& Middleware::options() const { return impl_->options; }
 
 bool Middleware::running() const { return impl_->accepting.load(std::memory_order_acquire); }
 
+bool Middleware::CoreToSpare() const { return impl_->CoreToSpare(); }
+
 }  // namespace nvmw

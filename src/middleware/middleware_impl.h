@@ -211,8 +211,9 @@ struct Middleware::Impl {
            cores;
   }
   // An idle worker counts itself among running_workers.
-  bool WorkerMaySpin() const {
-    if (options.spin_ns <= 0) return false;
+  bool WorkerMaySpin() const { return options.spin_ns > 0 && CoreToSpare(); }
+  // The busy threads, ours and others', leave a core (see Middleware::CoreToSpare).
+  bool CoreToSpare() const {
     return running_workers.load(std::memory_order_relaxed) +
                spinners.load(std::memory_order_relaxed) +
                other_runnable.load(std::memory_order_relaxed) <=

@@ -37,7 +37,8 @@ void BindServer(nb::module_& m) {
              const std::string& bind, int port, const std::string& password, size_t max_clients,
              uint64_t max_bulk_bytes, size_t max_args, uint64_t max_output_bytes, int io_threads,
              double output_stall_timeout_s, double stop_timeout_s, bool run_on_loop, int batch_io_threads,
-             bool batch_io_idle, bool protected_mode, bool group_commit, int group_min_ready) {
+             bool batch_io_idle, bool protected_mode, bool group_commit, int group_min_ready,
+             int64_t poll_ns) {
             std::shared_ptr<Middleware> mw = AcquireMiddleware(middleware, "Server");
             if (!engine) engine = middleware.engine;  // the engine the middleware runs on
             if (!engine || !engine->engine) {
@@ -60,6 +61,7 @@ void BindServer(nb::module_& m) {
             o.protected_mode = protected_mode;
             o.group_commit = group_commit;
             o.group_min_ready = group_min_ready;
+            o.poll_ns = poll_ns;
             new (self) PyServer{std::move(engine), std::move(mw), o, std::make_unique<Server>(), false};
           },
           nb::arg("middleware"), nb::arg("engine").none() = nb::none(), nb::arg("bind") = d.bind, nb::arg("port") = 0,
@@ -70,7 +72,7 @@ void BindServer(nb::module_& m) {
           nb::arg("stop_timeout_s") = d.stop_timeout_s, nb::arg("run_on_loop") = d.run_on_loop,
           nb::arg("batch_io_threads") = d.batch_io_threads, nb::arg("batch_io_idle") = d.batch_io_idle,
           nb::arg("protected_mode") = d.protected_mode, nb::arg("group_commit") = d.group_commit,
-          nb::arg("group_min_ready") = d.group_min_ready,
+          nb::arg("group_min_ready") = d.group_min_ready, nb::arg("poll_ns") = d.poll_ns,
           "A server over `middleware` (a _core.Middleware) and the _core.Engine it runs on\n"
           "(None: the middleware's own, `middleware.engine`).\n"
           "port=0 picks a free port (read .port after start()). run_on_loop=False hands every\n"
@@ -81,7 +83,9 @@ void BindServer(nb::module_& m) {
           "not on loopback gets one -DENIED line and is closed (ServerOptions::protected_mode).\n"
           "group_commit (default on): the SETs of one loop turn that began with at least\n"
           "group_min_ready ready connections are made durable together\n"
-          "(ServerOptions::group_commit, group_min_ready).")
+          "(ServerOptions::group_commit, group_min_ready).\n"
+          "poll_ns (default 0): after a turn with work, an interactive loop polls this long\n"
+          "before it sleeps while the machine has a core to spare (ServerOptions::poll_ns).")
       .def("start",
            [](PyServer& self) {
              if (self.started) ThrowIfError(Status::InvalidArgument("server already started"));

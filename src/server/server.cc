@@ -46,6 +46,7 @@ constexpr int kMaxIov = 64;
 constexpr int kMaxEvents = 256;  // ready descriptors taken per epoll_wait
 constexpr size_t kPieceBytes = 16 * 1024;  // small replies share a piece up to this size
 constexpr int kLoopTickMs = 100;            // stall checks and Stop progress
+constexpr int64_t kMaxPollNs = 1000000000;  // ServerOptions::poll_ns: at most 1 s
 constexpr int64_t kLingerNs = 2000000000;   // Linger: how long a closing client may keep sending
 
 thread_local char t_read_buf[kReadChunk];
@@ -175,6 +176,10 @@ Status Server::Impl::StartLocked(Middleware* m, Engine* e, const ServerOptions& 
   if (o.batch_io_threads < 0 || o.batch_io_threads > 64) {
     return Status::InvalidArgument("batch_io_threads must be in [0, 64], got " +
                                    std::to_string(o.batch_io_threads));
+  }
+  if (o.poll_ns < 0 || o.poll_ns > kMaxPollNs) {
+    return Status::InvalidArgument("poll_ns must be in [0, " + std::to_string(kMaxPollNs) + "], got " +
+                                   std::to_string(o.poll_ns));
   }
   if (o.group_min_ready < 1 || o.group_min_ready > kMaxEvents) {
     return Status::InvalidArgument("group_min_ready must be in [1, " + std::to_string(kMaxEvents) +
@@ -336,10 +341,21 @@ void Server::Impl::Loop(IoThread* io) {
   int64_t stop_deadline_ns = 0;
   bool draining = false;
   int64_t last_tick_ns = NowNs();
+  bool had_events = false;
   std::vector<std::unique_ptr<Conn>> graveyard;
   io->graveyard = &graveyard;
   for (;;) {
-    const int n = ::epoll_wait(io->epfd, events, kMaxEvents, kLoopTickMs);
+    int n = 0;
+    // ServerOptions::poll_ns: after a turn with work, poll a while before sleeping, if
+    // the machine has a core to spare for it (never on a batch loop, which yields).
+    if (had_events && options.poll_ns > 0 && !io->batch && mw->CoreToSpare()) {
+      const int64_t until = NowNs() + options.poll_ns;
+      do {
+        n = ::epoll_wait(io->epfd, events, kMaxEvents, 0);
+      } while (n == 0 && NowNs() < until);
+    }
+    if (n == 0) n = ::epoll_wait(io->epfd, events, kMaxEvents, kLoopTickMs);
+    had_events = n > 0;
     io->turn_events = n;
     for (int i = 0; i < std::max(n, 0); ++i) {
       if (io->puts.size() >= kGroupRunAt) EndTurn(io);

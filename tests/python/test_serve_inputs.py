@@ -680,3 +680,25 @@ def test_a_controller_without_a_file_for_the_device_names_the_devices_that_have_
     child = spawn("--port", "0", "--engine", "memory", "--device", "optane-1dimm", "--controller", controller)
     child.wait_for(r"listening on")
     assert child.signal(signal.SIGTERM) == 0, child.text()
+
+
+def test_a_polling_server_serves_and_drains(spawn):
+    # --poll-us at its longest: after each turn with work the loop polls up to a second
+    # (while the machine has a core to spare) and still answers, and drains on SIGTERM.
+    child = spawn("--port", "0", "--engine", "memory", "--poll-us", "1000000")
+    port = int(child.wait_for(r"listening on \S+:(\d+)").group(1))
+    for _ in range(3):
+        assert command("127.0.0.1", port, b"SET k v", b"EXISTS k", b"DEL k", b"EXISTS k") == [
+            b"+OK\r\n", b":1\r\n", b":1\r\n", b":0\r\n"]
+    assert child.signal(signal.SIGTERM) == 0, child.text()
+    assert "drained and closed (12 commands, 3 connections)" in "".join(child.out), child.text()
+    assert_no_traceback(child)
+
+
+@pytest.mark.parametrize("value", ["-1", "1000001", "20.5"])
+def test_a_poll_time_out_of_range_is_a_usage_error(value):
+    proc = subprocess.run([sys.executable, "-m", "nvmw", "serve", "--engine", "memory", "--poll-us", value],
+                          env=child_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "argument --poll-us" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert "unrecognized" not in proc.stderr, proc.stderr

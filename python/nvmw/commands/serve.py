@@ -107,6 +107,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="group commit gathers only in a loop turn that began with at least this many ready "
                    "connections (default: the server's, 8: with fewer the loop is not busy and holding "
                    "replies would only delay them)")
+    p.add_argument("--poll-us", type=int_in(0, 1_000_000), default=0, metavar="US",
+                   help="after a turn with work, an interactive network loop polls this many microseconds "
+                   "for the next request before it sleeps, while the machine has a core to spare (default 0: "
+                   "never; 20 lets a quiet machine's clients skip waking the server: docs/server.md, \"Polling\")")
     p.add_argument("--log-windows", action="store_true",
                    help="print one line per monitor window (threads, ops/s, interactive p99, queues, SLA)")
     p.set_defaults(func=run)
@@ -216,7 +220,7 @@ def _serve(args: argparse.Namespace, signals: StopSignals) -> int:
                       batch_io_threads=args.batch_io_threads, batch_io_idle=args.batch_io_idle,
                       batch_nice=args.batch_nice, huge_pages=args.huge_pages,
                       protected_mode=protected, group_commit=args.group_commit,
-                      group_min_ready=args.group_min_ready,
+                      group_min_ready=args.group_min_ready, poll_ns=args.poll_us * 1000,
                       on_window=log.window if args.log_windows else None)
 
         def started(s: Service) -> None:

@@ -30,7 +30,7 @@ from nvmw.control.loop import ControlLoop, Reading
 from nvmw.control.sla import SLASpec, load_spec
 from nvmw.errors import NotSupportedError, ShutdownError, StorageIOError
 from nvmw.lab.lineup import ControllerContext, make_controller
-from nvmw.middleware import _UINT64, Middleware, _c_int, _flag
+from nvmw.middleware import _INT64, _UINT64, Middleware, _c_int, _flag
 from nvmw.stop_signals import STOP_SIGNALS, StopSignals
 
 #: A TCP port's range, as the core's integer-type ranges (nvmw.middleware) are written.
@@ -40,6 +40,11 @@ _PORT = (0, 65535, "[0, 65535]")
 def _size(name: str, value: Any) -> int:
     """`value` as the core's size_t / uint64_t option `name`, or an error naming it."""
     return _c_int(name, value, _UINT64)
+
+
+def _c_int64(name: str, value: Any) -> int:
+    """`value` as the core's int64_t option `name`, or an error naming it."""
+    return _c_int(name, value, _INT64)
 
 
 #: Where the pools start when the controller states no starting point of its own
@@ -53,7 +58,8 @@ STAT_CLASSES = ("interactive", "batch", "all")
 QUANTILES = (("p50_us", "0.5"), ("p99_us", "0.99"), ("p999_us", "0.999"))
 #: The server options passed through to `_core.Server` when given (None: the server's default).
 SERVER_LIMITS = ("max_clients", "max_bulk_bytes", "max_args", "max_output_bytes", "io_threads",
-                 "batch_io_threads", "batch_io_idle", "protected_mode", "group_commit", "group_min_ready")
+                 "batch_io_threads", "batch_io_idle", "protected_mode", "group_commit", "group_min_ready",
+                 "poll_ns")
 
 
 class _MiddlewarePlant:
@@ -122,6 +128,9 @@ class Service:
         together, one publish per group (None: the server's default, on; docs/server.md).
     group_min_ready: how many ready connections make a turn busy enough to gather in
         (None: the server's default, 8).
+    poll_ns: how long an interactive loop polls for work after a turn with work before it
+        sleeps, while the machine has a core to spare (None: the server's default, 0,
+        never; docs/server.md, "Polling").
     batch_nice: CPU niceness (0..19) the middleware's batch workers add to the server's
         own (`nvmw.Middleware`'s `batch_nice`). 19 by default: the interactive requests
         run on the network loop at the server's priority, and when the cores are short
@@ -143,7 +152,7 @@ class Service:
                  io_threads: Optional[int] = None, batch_io_threads: Optional[int] = None,
                  batch_io_idle: Optional[bool] = None, protected_mode: Optional[bool] = None,
                  group_commit: Optional[bool] = None, group_min_ready: Optional[int] = None,
-                 batch_nice: int = 19, huge_pages: bool = True,
+                 poll_ns: Optional[int] = None, batch_nice: int = 19, huge_pages: bool = True,
                  on_window: Optional[Callable[[dict], None]] = None,
                  server_factory: Optional[Callable[..., Any]] = None):
         self.device = device or "none"
@@ -173,7 +182,8 @@ class Service:
             ("batch_io_idle", batch_io_idle, _flag),
             ("protected_mode", protected_mode, _flag),
             ("group_commit", group_commit, _flag),
-            ("group_min_ready", group_min_ready, _c_int)) if v is not None}
+            ("group_min_ready", group_min_ready, _c_int),
+            ("poll_ns", poll_ns, _c_int64)) if v is not None}
         self.on_window = on_window
         self.server_factory = server_factory
         self.mw: Optional[Middleware] = None

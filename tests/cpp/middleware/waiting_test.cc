@@ -11,6 +11,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "middleware/test_engine.h"
@@ -99,6 +101,30 @@ TEST(WaitingTest, WaitersAndIdleWorkersSleepWithoutYielding) {
     EXPECT_EQ(g_yields.load() - before, 0);
     ASSERT_TRUE(mw.Stop().ok());
   }
+}
+
+// CoreToSpare, which a network loop asks before it polls instead of sleeping, says no
+// once the machine has more runnable threads than cores: here cores + 2 threads of this
+// process that never sleep, which the monitor counts among the machine's others.
+TEST(WaitingTest, NoCoreToSpareWhileMoreThreadsRunThanCores) {
+  testing::TestEngine engine;
+  MiddlewareOptions o;
+  o.queue_sample_s = 0.005;
+  Middleware mw(o);
+  ASSERT_TRUE(mw.Start(&engine, 1, 1).ok());
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> busy;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  for (unsigned i = 0; i < cores + 2; ++i) {
+    busy.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
+  }
+  EXPECT_TRUE(WaitFor([&] { return !mw.CoreToSpare(); }, 60));
+  stop = true;
+  for (auto& t : busy) t.join();
+  ASSERT_TRUE(mw.Stop().ok());
 }
 
 }  // namespace

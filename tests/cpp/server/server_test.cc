@@ -234,6 +234,34 @@ TEST_F(ServerTest, StartRefusesBadOptionsAndATakenPort) {
   o.bind = "127.0.0.1";
   o.io_threads = 0;
   EXPECT_TRUE(Server().Start(mw_.get(), &engine_, o).IsInvalidArgument());
+  o.io_threads = 1;
+  for (const int64_t bad : {int64_t{-1}, int64_t{1000000001}}) {
+    o.poll_ns = bad;
+    EXPECT_TRUE(Server().Start(mw_.get(), &engine_, o).IsInvalidArgument()) << bad;
+  }
+}
+
+// A loop that polls (up to the longest poll_ns, 1 s, after every turn with work) serves
+// several connections and pipelines as one that sleeps, and stops without waiting for
+// its poll to end.
+TEST_F(ServerTest, PollingLoopServesAndStops) {
+  ServerOptions o = TestServerOptions();
+  o.poll_ns = 1000000000;
+  StartAll(o);
+  std::vector<std::unique_ptr<Client>> c;
+  for (int i = 0; i < 3; ++i) c.push_back(std::make_unique<Client>(port()));
+  for (int round = 0; round < 20; ++round) {
+    for (int i = 0; i < 3; ++i) {
+      const std::string key = "k" + std::to_string(i);
+      ASSERT_TRUE(c[i]->Send(Multibulk({"SET", key, std::to_string(round)}) + Multibulk({"GET", key})));
+    }
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(c[i]->Reply(), "+OK\r\n");
+      EXPECT_EQ(c[i]->Reply(), Bulk(std::to_string(round)));
+    }
+  }
+  EXPECT_TRUE(server_->Stop().ok());
+  server_.reset();
 }
 
 TEST_F(ServerTest, KeyCommands) {
