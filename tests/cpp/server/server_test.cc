@@ -40,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/engine_test_util.h"
 #include "middleware/test_engine.h"
 #include "nvmw/middleware.h"
 #include "test_util.h"
@@ -2091,13 +2092,13 @@ class HeldPmem : public Engine {
   std::vector<std::vector<std::pair<std::string, std::string>>> calls_;
 };
 
-// A pool of 16 buckets on /dev/shm, removed after the test.
+// A pool of 16 buckets on /dev/shm, removed after the test (or, if the test is killed,
+// by the next one that makes such a directory).
 class PmemGroupCommitTest : public GroupCommitTest {
  protected:
   void SetUp() override {
-    char tmpl[] = "/dev/shm/nvmw-server-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_FALSE(tmp_.path().empty());
+    dir_ = tmp_.path();
     ASSERT_TRUE(Open().ok());
   }
   Status Open() {
@@ -2108,12 +2109,9 @@ class PmemGroupCommitTest : public GroupCommitTest {
     po.huge_pages = false;
     return OpenPmemEngine(dir_ + "/pool", po, &pmem_);
   }
-  ~PmemGroupCommitTest() override {
-    pmem_.reset();
-    std::error_code ec;
-    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
-  }
+  ~PmemGroupCommitTest() override { pmem_.reset(); }
 
+  test::TempDir tmp_{"/dev/shm", "nvmw-server-test-"};
   std::string dir_;
   std::unique_ptr<Engine> pmem_;
   std::unique_ptr<HeldPmem> held_;  // outlives the server (TearDown stops it)
