@@ -380,7 +380,10 @@ Status PmemEngine::Remove(std::string_view key) {
   std::unique_lock lock(stripe.mu);
   uint64_t* link = nullptr;
   Entry* old = Find(b, h, key, &link);
-  if (old == nullptr) return Status::NotFound();
+  // A miss answers as a lookup does: Corruption, removing nothing, when an entry
+  // quarantined at open in the chain may be this key's own ("nothing was there" would
+  // be a guess), NotFound otherwise.
+  if (old == nullptr) return Missing(b, key);
   bool old_readable = false;
   const bool old_quarantined = Quarantined(Off(old), &old_readable);
   // Unlink and free in one redo-logged publish: after a crash the key is

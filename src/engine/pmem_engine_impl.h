@@ -201,7 +201,7 @@ class PmemEngine final : public Engine {
     return Status::OK();
   }
 
-  // What a lookup of `key` that found nothing in bucket b answers (stripe lock held).
+  // What a lookup or Remove of `key` that found nothing in bucket b answers (lock held).
   // NotFound, unless the chain holds an entry quarantined at open that may be this key's
   // own: one whose lengths cannot be read (or that a damaged link put in this chain), one
   // that holds this very key under a damaged hash, or one whose key bytes do not hash to

@@ -428,6 +428,85 @@ TEST_F(DamageTest, DamagedValueLeavesOtherKeysOfItsBucketAbsentNotCorrupt) {
   EXPECT_TRUE(e->Get(Key(42), &v).IsCorruption());
 }
 
+TEST_F(DamageTest, RemoveOfAKeyWhoseEntryMayBeDamagedIsCorruptionNotAbsent) {
+  // Remove answered NotFound for the key of an entry with a damaged key (or key and hash),
+  // which Get answers Corruption: the server's DEL said 0, "nothing was there".
+  const size_t entry = EntryOffset(42);
+  const uint64_t bucket = BucketOf(Key(42));
+  int neighbour = -1;  // an intact key of the same chain
+  for (int i = 0; i < kKeys && neighbour < 0; ++i) {
+    if (i != 42 && BucketOf(Key(i)) == bucket) neighbour = i;
+  }
+  ASSERT_GE(neighbour, 0);
+  std::string never_written;
+  for (int i = 0; never_written.empty() && i < 2000; ++i) {
+    const std::string k = "never-written-" + std::to_string(i);
+    if (BucketOf(k) == bucket) never_written = k;
+  }
+  ASSERT_FALSE(never_written.empty());
+  for (bool hash_too : {false, true}) {
+    SCOPED_TRACE(hash_too ? "key and hash damaged" : "key damaged");
+    std::string img = pristine_;
+    img[entry + 40 + 2] ^= 0x01;              // "dmg-key-42" reads "dlg-key-42"
+    if (hash_too) img[entry + 16 + 7] ^= 0x40;  // Entry::hash, its bucket bits unchanged
+    WriteFile(path_, img);
+    std::unique_ptr<Engine> e;
+    Status s = OpenPmemEngine(path_, Small(), &e);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    s = e->Remove(Key(42));
+    EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+    EXPECT_NE(s.message().find(Key(42)), std::string::npos) << s.message();
+    // Nothing was removed: the key still answers Corruption, the count is unchanged.
+    std::string v = "untouched";
+    EXPECT_TRUE(e->Get(Key(42), &v).IsCorruption());
+    EXPECT_EQ(v, "untouched");
+    EXPECT_TRUE(e->Exists(Key(42)).IsCorruption());
+    EXPECT_EQ(e->Count(), static_cast<uint64_t>(kKeys - 1));
+    // Any key that misses in the chain may be the damaged entry's, as for a Get.
+    s = e->Remove(never_written);
+    EXPECT_TRUE(s.IsCorruption()) << never_written << ": " << s.ToString();
+    // An intact key of the same chain is found and removed.
+    s = e->Remove(Key(neighbour));
+    EXPECT_TRUE(s.ok()) << Key(neighbour) << ": " << s.ToString();
+    EXPECT_FALSE(e->Get(Key(neighbour), &v).ok());
+    EXPECT_EQ(e->Count(), static_cast<uint64_t>(kKeys - 2));
+    e.reset();
+    ASSERT_TRUE(OpenPmemEngine(path_, Small(), &e).ok());
+    EXPECT_EQ(e->Count(), static_cast<uint64_t>(kKeys - 2));
+    EXPECT_TRUE(e->Get(Key(42), &v).IsCorruption());
+    e.reset();
+    PmemCheckReport r = Check();
+    EXPECT_EQ(r.entries_damaged, 1u);
+    EXPECT_EQ(r.entries_ok, static_cast<uint64_t>(kKeys - 2));
+  }
+}
+
+TEST_F(DamageTest, RemoveOfAKeyBesideAValueDamagedEntryIsNotFound) {
+  // An entry whose key and hash agree is its key's alone: a Remove of a key never
+  // written in its chain is NotFound, and a Remove of its own key drops it.
+  std::string img = pristine_;
+  img[EntryOffset(42) + 40 + Key(42).size() + 5] ^= 0x20;  // inside the value
+  WriteFile(path_, img);
+  std::unique_ptr<Engine> e;
+  ASSERT_TRUE(OpenPmemEngine(path_, Small(), &e).ok());
+  int same_bucket = 0;
+  for (int i = 0; i < 2000 && same_bucket < 3; ++i) {
+    const std::string k = "never-written-" + std::to_string(i);
+    if (BucketOf(k) != BucketOf(Key(42))) continue;
+    Status s = e->Remove(k);
+    EXPECT_TRUE(s.IsNotFound()) << k << ": " << s.ToString();
+    ++same_bucket;
+  }
+  EXPECT_EQ(same_bucket, 3);
+  EXPECT_EQ(e->Count(), static_cast<uint64_t>(kKeys - 1));
+  Status s = e->Remove(Key(42));
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  std::string v;
+  EXPECT_TRUE(e->Get(Key(42), &v).IsNotFound());
+  EXPECT_TRUE(e->Remove(Key(42)).IsNotFound());
+  EXPECT_EQ(e->Count(), static_cast<uint64_t>(kKeys - 1));
+}
+
 TEST_F(DamageTest, ValueDamagedWhileOpenIsCaughtOnRead) {
   PmemOptions o = Small();
   o.verify_checksums = true;
