@@ -67,6 +67,11 @@ class Engine {
   // OK if `key` exists, NotFound otherwise.
   virtual Status Exists(std::string_view key) = 0;
 
+  // On a pmem pool opened with damaged entries (quarantined, see PmemOptions), Get,
+  // Exists and Remove answer Corruption, naming the key, rather than NotFound when the
+  // key's chain holds a damaged entry that may be the key's own: a store that cannot
+  // rule a written key out does not call it absent. Remove then removes nothing.
+
   // Number of keys stored.
   virtual uint64_t Count() = 0;
 
