@@ -230,8 +230,11 @@ def main() -> int:
     load_before = os.getloadavg()
     rounds: dict = {n: [] for n in configs}
     with tempfile.TemporaryDirectory(prefix="nvmw-serve-prof-", dir="/dev/shm") as d:
-        servers = {n: run_server(n, spec, d) for n, spec in configs.items()}
+        servers: dict = {}
         try:
+            # Inside the try: if one server fails to start, those started before it stop.
+            for n, spec in configs.items():
+                servers[n] = run_server(n, spec, d)
             names = list(configs)
             for rnd in range(args.rounds):
                 for n in (names if rnd % 2 == 0 else names[::-1]):
