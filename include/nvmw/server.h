@@ -131,6 +131,7 @@ struct ServerStats {
   uint64_t batch_moves = 0;           // connections moved to a batch loop (batch_io_threads)
   uint64_t group_commits = 0;         // groups of two or more SETs run together under one permit (group_commit)
   uint64_t grouped_sets = 0;          // the SETs in those groups
+  uint64_t polled_turns = 0;          // loop turns whose work was found by polling (poll_ns)
 };
 
 class Server {

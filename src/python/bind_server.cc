@@ -129,12 +129,14 @@ void BindServer(nb::module_& m) {
              out["batch_moves"] = st.batch_moves;
              out["group_commits"] = st.group_commits;
              out["grouped_sets"] = st.grouped_sets;
+             out["polled_turns"] = st.polled_turns;
              return out;
            },
            "Counters since start(): connections_current, connections_total,\n"
            "rejected_connections, commands, protocol_errors, auth_failures, output_buffer_closes,\n"
            "batch_moves; group_commits and grouped_sets, the groups of two or more SETs handed\n"
-           "over together and the SETs in them; output_peak_bytes, the most reply bytes one\n"
+           "over together and the SETs in them; polled_turns, the loop turns whose work was\n"
+           "found by polling (poll_ns); output_peak_bytes, the most reply bytes one\n"
            "connection has held at once.");
 }
 

@@ -917,7 +917,8 @@ std::string Server::Impl::StatsJson() {
          ",\"output_peak_bytes\":" + std::to_string(output_peak_bytes.load()) +
          ",\"batch_moves\":" + std::to_string(batch_moves.load()) +
          ",\"group_commits\":" + std::to_string(group_commits.load()) +
-         ",\"grouped_sets\":" + std::to_string(grouped_sets.load()) + "}}";
+         ",\"grouped_sets\":" + std::to_string(grouped_sets.load()) +
+         ",\"polled_turns\":" + std::to_string(polled_turns.load()) + "}}";
   return out;
 }
 

@@ -353,6 +353,7 @@ void Server::Impl::Loop(IoThread* io) {
       do {
         n = ::epoll_wait(io->epfd, events, kMaxEvents, 0);
       } while (n == 0 && NowNs() < until);
+      if (n > 0) polled_turns.fetch_add(1, std::memory_order_relaxed);
     }
     if (n == 0) n = ::epoll_wait(io->epfd, events, kMaxEvents, kLoopTickMs);
     had_events = n > 0;
@@ -888,6 +889,7 @@ ServerStats Server::Stats() const {
   s.batch_moves = impl_->batch_moves.load(std::memory_order_relaxed);
   s.group_commits = impl_->group_commits.load(std::memory_order_relaxed);
   s.grouped_sets = impl_->grouped_sets.load(std::memory_order_relaxed);
+  s.polled_turns = impl_->polled_turns.load(std::memory_order_relaxed);
   return s;
 }
 

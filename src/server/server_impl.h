@@ -196,6 +196,7 @@ struct Server::Impl {
   std::atomic<uint64_t> batch_moves{0};
   std::atomic<uint64_t> group_commits{0};
   std::atomic<uint64_t> grouped_sets{0};
+  std::atomic<uint64_t> polled_turns{0};
   std::atomic<uint64_t> next_batch_loop{0};
   std::atomic<uint64_t> next_inter_loop{0};
 

@@ -682,16 +682,37 @@ def test_a_controller_without_a_file_for_the_device_names_the_devices_that_have_
     assert child.signal(signal.SIGTERM) == 0, child.text()
 
 
-def test_a_polling_server_serves_and_drains(spawn):
+def polled_turns(port: int, mport: int) -> tuple:
+    """The server's polled_turns as NVMW.STATS and the metrics endpoint give it."""
+    import json
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        f = s.makefile("rb")
+        s.sendall(b"NVMW.STATS\r\n")
+        n = int(f.readline()[1:])
+        stats = json.loads(f.read(n + 2)[:n])
+    with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=10) as r:
+        line = [ln for ln in r.read().decode().splitlines() if ln.startswith("nvmw_server_polled_turns_total ")]
+    assert len(line) == 1, line
+    return stats["server"]["polled_turns"], float(line[0].split()[1])
+
+
+@pytest.mark.parametrize("poll_us", [0, 1000000])
+def test_a_polling_server_serves_drains_and_counts_its_polled_turns(poll_us, spawn):
     # --poll-us at its longest: after each turn with work the loop polls up to a second
     # (while the machine has a core to spare) and still answers, and drains on SIGTERM.
-    child = spawn("--port", "0", "--engine", "memory", "--poll-us", "1000000")
+    # The turns whose work polling found are counted (none without --poll-us; with it,
+    # as many as the machine's load allowed).
+    child = spawn("--port", "0", "--engine", "memory", "--poll-us", str(poll_us), "--metrics-port", "0")
     port = int(child.wait_for(r"listening on \S+:(\d+)").group(1))
+    mport = int(child.wait_for(r"metrics on http://127\.0\.0\.1:(\d+)/metrics").group(1))
     for _ in range(3):
         assert command("127.0.0.1", port, b"SET k v", b"EXISTS k", b"DEL k", b"EXISTS k") == [
             b"+OK\r\n", b":1\r\n", b":1\r\n", b":0\r\n"]
+    in_stats, in_metrics = polled_turns(port, mport)
+    if poll_us == 0:
+        assert in_stats == 0 and in_metrics == 0
     assert child.signal(signal.SIGTERM) == 0, child.text()
-    assert "drained and closed (12 commands, 3 connections)" in "".join(child.out), child.text()
+    assert "drained and closed (13 commands, 4 connections)" in "".join(child.out), child.text()
     assert_no_traceback(child)
 
 

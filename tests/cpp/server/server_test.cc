@@ -213,6 +213,8 @@ class ServerTest : public ::testing::Test {
     }
   }
   int port() const { return server_->port(); }
+  // SET and GET of three keys on three connections, 20 times, each reply checked.
+  void ServeTwentyRounds();
 
   TestEngine engine_;
   // A real engine, for what the test engine does not check (key sizes).
@@ -244,11 +246,23 @@ TEST_F(ServerTest, StartRefusesBadOptionsAndATakenPort) {
 
 // A loop that polls (up to the longest poll_ns, 1 s, after every turn with work) serves
 // several connections and pipelines as one that sleeps, and stops without waiting for
-// its poll to end.
+// its poll to end. One that sleeps (poll_ns 0, the default) counts no polled turn.
 TEST_F(ServerTest, PollingLoopServesAndStops) {
-  ServerOptions o = TestServerOptions();
-  o.poll_ns = 1000000000;
-  StartAll(o);
+  for (const int64_t poll_ns : {int64_t{0}, int64_t{1000000000}}) {
+    SCOPED_TRACE(poll_ns);
+    ServerOptions o = TestServerOptions();
+    o.poll_ns = poll_ns;
+    StartAll(o);
+    ServeTwentyRounds();
+    if (poll_ns == 0) EXPECT_EQ(server_->Stats().polled_turns, 0u);
+    EXPECT_TRUE(server_->Stop().ok());
+    server_.reset();
+    EXPECT_TRUE(mw_->Stop().ok());
+    mw_.reset();
+  }
+}
+
+void ServerTest::ServeTwentyRounds() {
   std::vector<std::unique_ptr<Client>> c;
   for (int i = 0; i < 3; ++i) c.push_back(std::make_unique<Client>(port()));
   for (int round = 0; round < 20; ++round) {
@@ -261,8 +275,6 @@ TEST_F(ServerTest, PollingLoopServesAndStops) {
       EXPECT_EQ(c[i]->Reply(), Bulk(std::to_string(round)));
     }
   }
-  EXPECT_TRUE(server_->Stop().ok());
-  server_.reset();
 }
 
 TEST_F(ServerTest, KeyCommands) {
