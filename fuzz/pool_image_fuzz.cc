@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/engine_test_util.h"
 #include "nvmw/engine.h"
 
 namespace {
@@ -66,14 +67,14 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
     setenv("PMEM_IS_PMEM_FORCE", "1", 1);
     execv("/proc/self/exe", *argv);  // libpmem reads it when it is loaded
   }
-  char tmpl[] = "/dev/shm/nvmw-pool-fuzz-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) std::abort();
-  g_dir = tmpl;
+  // A directory locked while this process lives (the C++ tests' protocol): removed at
+  // exit, and one that a killed run left behind is removed by the next run that makes
+  // one (libFuzzer ends runs with _exit on a timeout or a crash, skipping atexit).
+  static nvmw::test::TempDir* tmp = new nvmw::test::TempDir("/dev/shm", "nvmw-pool-fuzz-");
+  if (tmp->path().empty()) std::abort();
+  g_dir = tmp->path();
   g_pool = g_dir + "/pool";
-  std::atexit([] {
-    std::error_code ec;
-    std::filesystem::remove_all(g_dir, ec);
-  });
+  std::atexit([] { delete tmp; });
   nvmw::PmemOptions o = Options();
   o.create_if_missing = true;
   {
