@@ -104,7 +104,8 @@ struct ServerOptions {
   // asking epoll for ready connections (without blocking) for up to this many
   // nanoseconds before it sleeps, but only while the machine leaves a core for it
   // (Middleware::CoreToSpare: the middleware's busy threads and the machine's other
-  // runnable threads, sampled every few milliseconds, fewer than the cores). A client
+  // runnable threads, the loop among them, sampled every few milliseconds, at most the
+  // cores). A client
   // whose request finds the loop asleep pays for waking it (on a VM an inter-processor
   // interrupt, a few microseconds of the client's own CPU per request); polling spares
   // it. 0 (the default) never polls: a server that shares the machine gives back every
