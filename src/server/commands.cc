@@ -689,6 +689,23 @@ void Server::Impl::QueueValues(Conn* c, PendingCommand& p, size_t end) {
   }
 }
 
+// What a DEL or MSET that stopped at an error had already done, for its error reply: a
+// client otherwise cannot tell that the keys before the failing one were removed or
+// written. Empty when the first key failed (nothing was done) and for the other commands,
+// which change nothing (reads) or have one key.
+static std::string WrittenBefore(const PendingCommand& p) {
+  using Kind = PendingCommand::Kind;
+  if (p.error_at == 0 || (p.kind != Kind::kDel && p.kind != Kind::kMset)) return "";
+  const std::string at = std::to_string(p.error_at + 1) + " of " + std::to_string(p.total);
+  if (p.kind == Kind::kMset) {
+    const std::string before =
+        p.error_at == 1 ? "the pair before it is" : "the " + std::to_string(p.error_at) + " pairs before it are";
+    return " (at pair " + at + "; " + before + " written, the rest not)";
+  }
+  const std::string removed = std::to_string(p.count) + (p.count == 1 ? " key" : " keys");
+  return " (at key " + at + "; " + removed + " before it removed, the rest not tried)";
+}
+
 void Server::Impl::FinishPending(Conn* c) {
   std::unique_ptr<PendingCommand> p = std::move(c->pending);
   struct Recycle {  // hands the state back to the connection however this returns
@@ -701,7 +718,7 @@ void Server::Impl::FinishPending(Conn* c) {
   } recycle{c, p};
   CountLookups(*p);
   if (!p->error.empty() && !p->streaming) {
-    Send(c, [&](std::string* out) { resp::AppendError(out, p->error); });
+    Send(c, [&](std::string* out) { resp::AppendError(out, p->error + WrittenBefore(*p)); });
     return;
   }
   switch (p->kind) {

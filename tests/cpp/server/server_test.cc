@@ -254,7 +254,9 @@ TEST_F(ServerTest, PollingLoopServesAndStops) {
     o.poll_ns = poll_ns;
     StartAll(o);
     ServeTwentyRounds();
-    if (poll_ns == 0) EXPECT_EQ(server_->Stats().polled_turns, 0u);
+    if (poll_ns == 0) {
+      EXPECT_EQ(server_->Stats().polled_turns, 0u);
+    }
     EXPECT_TRUE(server_->Stop().ok());
     server_.reset();
     EXPECT_TRUE(mw_->Stop().ok());
@@ -320,14 +322,29 @@ TEST_F(ServerTest, ExistsReadsNoValue) {
 }
 
 // A multi-key command stops at its first failing key and answers that error; the keys
-// before it stay written (MSET is not atomic).
+// before it stay written or removed (MSET and DEL are not atomic), and the error says so,
+// since the reply no longer carries DEL's count. Before, the error alone left a client
+// believing nothing had been removed.
 TEST_F(ServerTest, MultiKeyCommandStopsAtTheFirstError) {
   StartAll();
   Client c(port());
   EXPECT_EQ(c.Cmd({"MSET", "a", "1", engine_.fail_key, "2", "c", "3"}),
-            "-ERR IOError: injected failure\r\n");
+            "-ERR IOError: injected failure (at pair 2 of 3; the pair before it is written, the rest not)\r\n");
   EXPECT_EQ(c.Cmd({"MGET", "a", "c"}), "*2\r\n$1\r\n1\r\n$-1\r\n");
   EXPECT_EQ(c.Cmd({"MGET", "a", engine_.fail_key}), "-ERR IOError: injected failure\r\n");
+  EXPECT_EQ(c.Cmd({"MSET", engine_.fail_key, "1", "d", "4"}), "-ERR IOError: injected failure\r\n");
+  EXPECT_EQ(c.Cmd({"MSET", "d", "4", "e", "5", engine_.fail_key, "6"}),
+            "-ERR IOError: injected failure (at pair 3 of 3; the 2 pairs before it are written, the rest not)\r\n");
+
+  EXPECT_EQ(c.Cmd({"DEL", "a", "none", "d", engine_.fail_key, "e"}),
+            "-ERR IOError: injected failure (at key 4 of 5; 2 keys before it removed, the rest not tried)\r\n");
+  EXPECT_EQ(c.Cmd({"MGET", "a", "d", "e"}), "*3\r\n$-1\r\n$-1\r\n$1\r\n5\r\n");
+  EXPECT_EQ(c.Cmd({"DEL", "none", engine_.fail_key}),
+            "-ERR IOError: injected failure (at key 2 of 2; 0 keys before it removed, the rest not tried)\r\n");
+  EXPECT_EQ(c.Cmd({"DEL", "e", engine_.fail_key}),
+            "-ERR IOError: injected failure (at key 2 of 2; 1 key before it removed, the rest not tried)\r\n");
+  EXPECT_EQ(c.Cmd({"DEL", engine_.fail_key, "x"}), "-ERR IOError: injected failure\r\n");
+  EXPECT_EQ(c.Cmd({"EXISTS", "e"}), ":0\r\n");
   EXPECT_EQ(c.Cmd({"PING"}), "+PONG\r\n");  // the connection goes on
 }
 
