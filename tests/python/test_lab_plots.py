@@ -166,3 +166,86 @@ def test_a_plot_into_a_fifo_is_written_in_place(tmp_path):
     assert got[0].startswith(PNG_MAGIC) and len(got[0]) > 1000
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
     assert os.listdir(tmp_path) == ["curve.png"]
+
+
+# What the figures say: every panel names what it draws.
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The figures the lab draws, kept instead of written."""
+    from nvmw import jsonfiles
+
+    figures = []
+    monkeypatch.setattr(jsonfiles, "save_figure", lambda fig, path, **kwargs: figures.append(fig))
+    return figures
+
+
+def _legend(ax):
+    legend = ax.get_legend()
+    return [t.get_text() for t in legend.get_texts()] if legend is not None else []
+
+
+def _curves(ax):
+    """The data lines of a panel (not the phase boundaries: vertical lines of two points)."""
+    return [list(line.get_ydata()) for line in ax.get_lines() if len(set(line.get_xdata())) > 1]
+
+
+def test_the_traces_plot_draws_no_threads_for_no_control(drawn):
+    # Was: no control's panel drew both pools at 0 threads (what the env reports for it),
+    # as if it held no permit at all, where it has no limit.
+    from nvmw.lab.evaluation import plot_traces
+
+    steps = list(range(20))
+    common = {"step": steps, "throughput": [1000.0] * 20, "p99_us": [100.0] * 20,
+              "offered_ops_per_s": [900.0] * 20, "schedule": [1, 2]}
+    plot_traces({"no-control": dict(common, interactive_threads=[0] * 20, batch_threads=[0] * 20),
+                 "fixed-I2B1": dict(common, interactive_threads=[2] * 20, batch_threads=[1] * 20)}, "x.png", 10)
+    axes = drawn[0].axes
+    none_threads, fixed_threads = axes[0], axes[1]  # the top row, one column per controller
+    assert none_threads.get_title() == "no-control" and fixed_threads.get_title() == "fixed-I2B1"
+    assert _curves(none_threads) == []
+    assert [t.get_text() for t in none_threads.texts] == ["no limits (no control)"]
+    assert _curves(fixed_threads) == [[2] * 20, [1] * 20]
+    assert _legend(fixed_threads) == ["interactive", "batch"]
+
+
+def _history(epsilons, both=None):
+    return [{"phase": ph, "reward_median": -1.0 * k, "epsilon": eps[k],
+             "both_sla_fraction": None if both is None else both[k]}
+            for ph, eps in epsilons.items() for k in range(len(eps))]
+
+
+def test_the_learning_curve_draws_a_schedule_every_phase_shares_once(drawn):
+    # Was: six identical epsilon lines over each other showed only the last phase's
+    # colour, and only the first panel had a legend.
+    from nvmw.lab.training import plot_curve
+
+    header = {"env": "synthetic", "device": "optane-1dimm", "window_s": 0.1, "sla": "default"}
+    eps = [0.9, 0.81, 0.729]
+    plot_curve(_history({1: eps, 2: eps}, both=[0.5, 0.75, 1.0]), "x.png", header)
+    reward, epsilon, both = drawn[0].axes
+    assert _curves(epsilon) == [eps]
+    assert _legend(epsilon) == ["every phase"]
+    assert _legend(reward) == _legend(both) == ["phase 1", "phase 2"]
+    assert both.get_ylabel() == "fraction of steps meeting both SLAs"
+
+    plot_curve(_history({1: eps, 2: [0.9, 0.5, 0.1]}), "x.png", header)  # schedules that differ
+    assert _legend(drawn[1].axes[1]) == ["phase 1", "phase 2"]
+
+
+def test_the_interference_plot_has_room_for_the_tallest_bars_label(drawn):
+    # Was: the log axis ended just above the tallest bar, whose "23.9 ms" ran into the frame.
+    _interference_plot("x.png")
+    p99 = drawn[0].axes[0]
+    assert p99.get_ylim()[0] == 1
+    assert p99.get_ylim()[1] >= 3 * 300.0  # the tallest bar of _interference_plot
+
+
+def test_the_sim_check_plot_names_its_diagonal(tmp_path, drawn):
+    # Was: the dashed line of equal real and simulated p99 had no legend entry.
+    assert main(["sim", "check", _sweep(tmp_path), "--windows", "1", "--plot", str(tmp_path / "x.png")]) == 0
+    panels = [ax for ax in drawn[0].axes if ax.get_title().startswith("phase")]
+    assert len(panels) == 2
+    for ax in panels:
+        assert "simulated = real" in _legend(ax)
+        assert ax.get_xlabel() == "real p99, median window (us)"

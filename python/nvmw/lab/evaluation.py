@@ -604,11 +604,17 @@ def plot_traces(traces: Mapping[str, Mapping[str, list]], path: str | os.PathLik
         tr = traces[n]
         x = np.asarray(tr["step"])
         ax = axes[0][c]
-        ax.plot(x, tr["interactive_threads"], label="interactive", lw=0.8)
-        ax.plot(x, tr["batch_threads"], label="batch", lw=0.8)
         ax.set_title(n)
         ax.set_ylabel("threads")
-        ax.legend(fontsize=7)
+        if len(x) and not (any(tr["interactive_threads"]) or any(tr["batch_threads"])):
+            # No control has no pools (the env reports 0 threads for both): no limit to draw.
+            ax.text(0.5, 0.5, "no limits (no control)", ha="center", va="center", transform=ax.transAxes,
+                    fontsize=8)
+            ax.set_yticks([])
+        else:
+            ax.plot(x, tr["interactive_threads"], label="interactive", lw=0.8)
+            ax.plot(x, tr["batch_threads"], label="batch", lw=0.8)
+            ax.legend(fontsize=7)
         axes[1][c].plot(x, tr["throughput"], lw=0.6, color="tab:green")
         axes[1][c].set_ylabel("throughput (ops/s)")
         axes[2][c].plot(x, tr["p99_us"], lw=0.6, color="tab:red")

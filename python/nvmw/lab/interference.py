@@ -129,9 +129,12 @@ def plot(result: dict, path: str) -> str:
     names = [r["scenario"].replace(", ", ",\n") for r in rows]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
     colors = ["#888888", "#d62728"] + ["#1f77b4"] * (len(rows) - 2)
-    ax1.bar(names, [max(r["interactive_p99_us"], 0.1) for r in rows], color=colors)
+    heights = [max(r["interactive_p99_us"], 0.1) for r in rows]
+    ax1.bar(names, heights, color=colors)
     ax1.set_yscale("log")
-    ax1.set_ylim(bottom=1)  # a full log axis: bars are not exaggerated by a high floor
+    # A full log axis (bars are not exaggerated by a high floor), with room above the
+    # tallest bar for its label.
+    ax1.set_ylim(bottom=1, top=max(heights + [1.0]) * 4)
     ax1.set_ylabel("interactive p99 latency (µs, log)")
     for x, r in enumerate(rows):
         ax1.annotate(f"{r['interactive_p99_us'] / 1000:.1f} ms", (x, max(r["interactive_p99_us"], 0.1)),

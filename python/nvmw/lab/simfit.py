@@ -224,16 +224,16 @@ def plot_check(real: Mapping, sim: Mapping, path: str, title: str = "") -> None:
         nc = (ph, 0, 0)
         if nc in real and nc in sim:
             ax.scatter([real[nc][0]], [sim[nc][0]], marker="x", color="tab:red", s=40, label="no control")
-            ax.legend(fontsize=7)
             x, y = x + [real[nc][0]], y + [sim[nc][0]]
         lo, hi = min(x + y) * 0.8, max(x + y) * 1.2
-        ax.plot([lo, hi], [lo, hi], "k--", lw=0.7)
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.7, label="simulated = real")
+        ax.legend(fontsize=7)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.set_xlabel("real p99 (us)")
-        ax.set_ylabel("simulated p99 (us)")
+        ax.set_xlabel("real p99, median window (us)")
+        ax.set_ylabel("simulated p99, median window (us)")
         r = rep["per_phase"][str(ph)]
         ax.set_title(f"phase {ph}: Spearman {r['spearman_p99']:.2f}", fontsize=9)
     fig.colorbar(sc, ax=axes[0][-1], label="log2 batch threads")

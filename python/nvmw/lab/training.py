@@ -171,16 +171,26 @@ def _median(x) -> float:
 
 
 def plot_curve(history: Sequence[Mapping[str, Any]], path: str, header: Mapping[str, Any]) -> None:
-    """Median step reward and epsilon per episode, one line per phase."""
+    """Median step reward, epsilon and (when recorded) the fraction of steps meeting both
+    SLAs per episode, one line per phase (epsilon: one line when every phase has the same
+    schedule)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     phases = sorted({h["phase"] for h in history})
     has_sla = any(h.get("both_sla_fraction") is not None for h in history)
     fig, axes = plt.subplots(1, 3 if has_sla else 2, figsize=(15 if has_sla else 10, 3.6))
     many = max([sum(1 for h in history if h["phase"] == ph) for ph in phases] or [0]) > 60
+    # Every phase starts its own epsilon schedule; when they are all the same, six lines
+    # drawn over each other would show only the last phase's colour.
+    schedules = {tuple(r["epsilon"] for r in history if r["phase"] == ph) for ph in phases}
+    shared_epsilon = len(phases) > 1 and len(schedules) == 1
+    if shared_epsilon:
+        eps = next(iter(schedules))
+        axes[1].plot(np.arange(1, len(eps) + 1), eps, color="k", label="every phase")
     for ph in phases:
         rows = [h for h in history if h["phase"] == ph]
         x = np.arange(1, len(rows) + 1)
@@ -189,22 +199,25 @@ def plot_curve(history: Sequence[Mapping[str, Any]], path: str, header: Mapping[
             axes[0].plot(x, _running(rew, 25, np.median), lw=1, label=f"phase {ph}")
         else:
             axes[0].plot(x, rew, marker=".", label=f"phase {ph}")
-        axes[1].plot(x, [r["epsilon"] for r in rows], label=f"phase {ph}")
+        if not shared_epsilon:
+            axes[1].plot(x, [r["epsilon"] for r in rows], label=f"phase {ph}")
         if has_sla:
             both = np.asarray([np.nan if r.get("both_sla_fraction") is None else r["both_sla_fraction"]
                                for r in rows], float)
             axes[2].plot(x, _running(both, 25 if many else 1, np.mean), lw=1, label=f"phase {ph}")
     axes[0].set_yscale("symlog")
     axes[0].set_xlabel("episode (per phase)")
-    axes[0].set_ylabel("median step reward" + (" (median of 25)" if many else ""))
+    axes[0].set_ylabel("median step reward" + ("\n(median of 25)" if many else ""))
     axes[1].set_xlabel("episode (per phase)")
     axes[1].set_ylabel("epsilon")
     if has_sla:
         axes[2].set_xlabel("episode (per phase)")
-        axes[2].set_ylabel("both SLAs met" + (" (mean of 25)" if many else ""))
+        axes[2].set_ylabel("fraction of steps meeting both SLAs" + ("\n(mean of 25)" if many else ""))
         axes[2].set_ylim(-0.02, 1.02)
-    if phases:  # no Q-learning episodes (pretraining only): empty axes, no legend
-        axes[0].legend(fontsize=7)
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # episodes: no "2.5"
+        if phases:  # no Q-learning episodes (pretraining only): empty axes, no legend
+            ax.legend(fontsize=7)
     fig.suptitle(f"Q-learning: env {header['env']}, device {header['device']}, window {header['window_s']} s, "
                  f"SLA {header['sla']}", fontsize=8)
     fig.tight_layout()
