@@ -249,3 +249,22 @@ def test_the_sim_check_plot_names_its_diagonal(tmp_path, drawn):
     for ax in panels:
         assert "simulated = real" in _legend(ax)
         assert ax.get_xlabel() == "real p99, median window (us)"
+
+
+def test_the_traces_plot_staggers_the_phase_labels_of_many_segments(drawn):
+    # Was: the 20 phase labels of a 4,000-step run ran into one another ("P4P3P6P5...").
+    from nvmw.lab.evaluation import plot_traces
+
+    def trace(schedule):
+        steps = list(range(10 * len(schedule)))
+        return {"step": steps, "interactive_threads": [2] * len(steps), "batch_threads": [1] * len(steps),
+                "throughput": [1000.0] * len(steps), "p99_us": [100.0] * len(steps),
+                "offered_ops_per_s": [900.0] * len(steps), "schedule": schedule}
+
+    plot_traces({"fixed": trace([4, 3, 6, 5, 1, 2] * 3 + [5, 6])}, "x.png", 10)
+    plot_traces({"fixed": trace([4, 3, 6, 5, 1, 2])}, "x.png", 10)
+    for fig, rows in zip(drawn, ({0.02, 0.12}, {0.02})):
+        offered = fig.axes[-1]
+        labels = [t for t in offered.texts if t.get_text().startswith("P")]
+        assert [t.get_text() for t in labels][:3] == ["P4", "P3", "P6"]
+        assert {round(t.get_position()[1], 2) for t in labels} == rows

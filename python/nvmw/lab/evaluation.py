@@ -626,8 +626,11 @@ def plot_traces(traces: Mapping[str, Mapping[str, list]], path: str | os.PathLik
         for r in range(4):
             for s in range(switch_every, len(x), switch_every):
                 axes[r][c].axvline(s, color="k", lw=0.4, alpha=0.4)
-        for s_idx, ph in enumerate(tr.get("schedule", [])):
-            axes[3][c].text(s_idx * switch_every + 2, 0.02, f"P{ph}", transform=axes[3][c].get_xaxis_transform(),
+        schedule = tr.get("schedule", [])
+        for s_idx, ph in enumerate(schedule):
+            # More than 10 segments leave a label less room than its width: alternate two rows.
+            y = 0.12 if len(schedule) > 10 and s_idx % 2 else 0.02
+            axes[3][c].text(s_idx * switch_every + 2, y, f"P{ph}", transform=axes[3][c].get_xaxis_transform(),
                             fontsize=7)
     if title:
         fig.suptitle(title, fontsize=9)
