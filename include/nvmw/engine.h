@@ -154,6 +154,11 @@ Status OpenPmemEngine(const std::string& path, const PmemOptions& options,
 // What CheckPmemPool found. Each problem is one line naming where it is (header,
 // bucket and offset of a link, key of an entry).
 struct PmemCheckReport {
+  // The file is an nvmw pool of the format this nvmw reads: its layout name says so,
+  // or, where that name fails its checksum, its root object's magic. What the check
+  // finds wrong in such a file is damage. False for a file check cannot examine: not a
+  // pmemobj pool, another program's layout, an older or newer nvmw format.
+  bool nvmw_pool = false;
   bool readable = false;        // header and root usable: entries could be examined
   uint32_t format_version = 0;  // on-media format version found (0 = not an nvmw pool)
   uint64_t entries_ok = 0;      // intact entries reachable from a bucket
@@ -178,8 +183,10 @@ struct PmemCheckOptions {
 };
 
 // Examines the pool at `path` without modifying it and fills *report. Returns OK
-// when the check ran (report->clean() says whether the pool is intact), IOError
-// when the file cannot be read or the scratch copy or salvage pool cannot be made.
+// when the check ran (report->clean() says whether the pool is intact; for a file
+// that is not an nvmw pool, report->nvmw_pool is false and one problem says what it
+// is), NotFound when there is no such file, IOError when the file cannot be read, is
+// open in another process, or the scratch copy or salvage pool cannot be made.
 Status CheckPmemPool(const std::string& path, const PmemCheckOptions& options,
                      PmemCheckReport* report);
 

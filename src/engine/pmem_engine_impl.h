@@ -75,6 +75,7 @@ struct ImageInfo {
   uint64_t heap_offset = 0;
   uint64_t root_offset = 0;
   uint32_t format_version = 0;
+  bool nvmw_pool = false;  // layout name (or root magic, the name damaged) of this format
   std::string header;  // the first kHeaderBytes as they were
 };
 

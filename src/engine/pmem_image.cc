@@ -123,15 +123,16 @@ Status CheckImage(const std::string& path, ImageInfo* info) {
     return Status::Corruption(path + ": empty file (0 bytes), not an nvmw pool; an older nvmw "
                               "killed while creating a pool leaves such a file: remove it");
   }
-  if (size < PMEMOBJ_MIN_POOL) {
-    close(fd);
-    return Status::Corruption(path + ": not an nvmw pool (" + std::to_string(size) +
-                              " bytes, smaller than any pmemobj pool)");
-  }
   std::string& h = info->header;
   h.assign(kHeaderBytes, '\0');
   Root root{};
-  bool read_ok = pread(fd, h.data(), kHeaderBytes, 0) == static_cast<ssize_t>(kHeaderBytes);
+  const ssize_t got = pread(fd, h.data(), kHeaderBytes, 0);
+  if (got < 0) {  // e.g. EIO: the check could not read the file, which says nothing of it
+    int err = errno;
+    close(fd);
+    return Status::IOError(path + ": " + std::strerror(err));
+  }
+  const bool read_ok = got == static_cast<ssize_t>(kHeaderBytes);
   const uint64_t lanes_offset = Load64(h.data() + kDescOff + PMEMOBJ_MAX_LAYOUT);
   const uint64_t nlanes = Load64(h.data() + kDescOff + PMEMOBJ_MAX_LAYOUT + 8);
   const uint64_t heap_offset = Load64(h.data() + kDescHeapOffsetOff);
@@ -144,7 +145,34 @@ Status CheckImage(const std::string& path, ImageInfo* info) {
                 static_cast<ssize_t>(sizeof(root));
   }
   close(fd);
+  // Whose file this is, told apart from damage: the layout name (outside the pool
+  // header's checksum, so a damaged pool header leaves it readable) names an nvmw
+  // pool of this format, or, where the descriptor's checksum fails (the name itself
+  // may be what is damaged), the root object carries this format's magic. A foreign
+  // name its checksum vouches for is another program's pool.
+  const char* layout = h.data() + kDescOff;
+  const size_t layout_len = strnlen(layout, PMEMOBJ_MAX_LAYOUT);
+  const std::string_view name(layout, layout_len);
+  if (layout_len < PMEMOBJ_MAX_LAYOUT && name.substr(0, 8) == kLayoutPrefix) {
+    info->format_version = static_cast<uint32_t>(std::atoi(std::string(name.substr(8)).c_str()));
+  }
+  const bool desc_ok = read_ok && PmemChecksumOk(h.data() + kDescOff, kDescBytes, kDescBytes - 8,
+                                                 kDescBytes);
+  info->nvmw_pool = name == kLayout || (!desc_ok && root_read && root.magic == kMagic);
+  if (info->nvmw_pool) info->format_version = kVersion;
+  if (size < PMEMOBJ_MIN_POOL) {
+    if (info->nvmw_pool) {
+      return Status::Corruption(path + ": nvmw pool truncated to " + std::to_string(size) +
+                                " bytes (smaller than any pmemobj pool)");
+    }
+    return Status::Corruption(path + ": not an nvmw pool (" + std::to_string(size) +
+                              " bytes, smaller than any pmemobj pool)");
+  }
   if (!read_ok || std::memcmp(h.data(), "PMEMOBJ", 8) != 0) {
+    if (info->nvmw_pool) {
+      return Status::Corruption(path + ": pool header damaged (no PMEMOBJ signature; the layout "
+                                "name is \"" + kLayout + "\")");
+    }
     return Status::Corruption(path + ": not a pmemobj pool (no PMEMOBJ signature)");
   }
   uint32_t incompat;
@@ -153,22 +181,21 @@ Status CheckImage(const std::string& path, ImageInfo* info) {
   if (!PmemChecksumOk(h.data(), 4096, kPoolHdrChecksumOff, hdr_end)) {
     return Status::Corruption(path + ": pool header damaged (checksum mismatch)");
   }
-  const char* layout = h.data() + kDescOff;
-  size_t layout_len = strnlen(layout, PMEMOBJ_MAX_LAYOUT);
-  std::string_view name(layout, layout_len);
-  if (layout_len < PMEMOBJ_MAX_LAYOUT && name.substr(0, 8) == kLayoutPrefix) {
-    info->format_version = static_cast<uint32_t>(std::atoi(std::string(name.substr(8)).c_str()));
-  }
   if (layout_len == PMEMOBJ_MAX_LAYOUT || name != kLayout) {
     if (info->format_version == 1) {
       return Status::Corruption(
           path + ": nvmw pool format version 1 (layout \"nvmw-kv-1\", entries without "
           "checksums); this nvmw reads format version 2 only: recreate the pool");
     }
+    if (info->nvmw_pool) {
+      return Status::Corruption(path + ": pool descriptor damaged (layout name \"" +
+                                Printable(name) + "\" fails its checksum; the root object is "
+                                "an nvmw pool's)");
+    }
     return Status::Corruption(path + ": pool has layout \"" + Printable(name) + "\", expected \"" +
                               kLayout + "\"");
   }
-  if (!PmemChecksumOk(h.data() + kDescOff, kDescBytes, kDescBytes - 8, kDescBytes)) {
+  if (!desc_ok) {
     return Status::Corruption(path + ": pool descriptor damaged (checksum mismatch)");
   }
   if (heap_offset < kHeaderBytes || heap_offset >= size || heap_size != size - heap_offset) {

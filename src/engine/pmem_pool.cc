@@ -377,7 +377,9 @@ Status CheckPmemPool(const std::string& path, const PmemCheckOptions& options,
   ImageInfo info;
   s = CheckImage(path, &info);
   report->format_version = info.format_version;
+  report->nvmw_pool = info.nvmw_pool;
   if (!s.ok()) {
+    if (s.IsIOError()) return s;  // not read: says nothing of the pool
     report->problems.push_back("header: " + s.message());
     return Status::OK();
   }

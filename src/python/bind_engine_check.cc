@@ -30,6 +30,7 @@ void BindEngineCheck(nb::module_& m) {
         }
         ThrowIfError(s);
         nb::dict d;
+        d["nvmw_pool"] = r.nvmw_pool;
         d["readable"] = r.readable;
         d["format_version"] = r.format_version;
         d["entries_ok"] = r.entries_ok;
@@ -52,11 +53,14 @@ void BindEngineCheck(nb::module_& m) {
       nb::arg("salvage_pool_size_bytes") = PmemOptions().pool_size_bytes,
       nb::arg("scratch_dir").none() = "",
       "Check the pmem pool at `path` without modifying it (libpmemobj maps a sparse scratch\n"
-      "copy in `scratch_dir`, default the pool's directory). Returns a dict: readable,\n"
-      "format_version, entries_ok, entries_damaged, links_damaged, unreachable, salvaged,\n"
-      "clean and problems (one line each). With `salvage_to`, every intact entry is copied\n"
-      "into a new pool there. Raises NotFoundError, StorageIOError, InvalidArgumentError\n"
-      "(salvage target exists).");
+      "copy in `scratch_dir`, default the pool's directory). Returns a dict: nvmw_pool\n"
+      "(the file is an nvmw pool of this format, so what is wrong in it is damage; false:\n"
+      "not a pool this nvmw can check), readable, format_version, entries_ok,\n"
+      "entries_damaged, links_damaged, unreachable, salvaged, clean and problems (one line\n"
+      "each). With `salvage_to`, every intact entry is copied into a new pool there. Raises\n"
+      "NotFoundError, StorageIOError (unreadable, open in another process, scratch copy or\n"
+      "salvage failed), NoSpaceError (salvage pool full), InvalidArgumentError (salvage\n"
+      "target exists).");
 }
 
 }  // namespace nvmw::py

@@ -1,4 +1,5 @@
-"""`nvmw check` and `--salvage` on intact, damaged, foreign and non-UTF-8 pool files."""
+"""`nvmw check` and `--salvage` on intact, damaged, foreign and non-UTF-8 pool files, and
+its exit statuses: 0 intact, 1 damaged, 2 usage error, 8 not checked."""
 import json
 import os
 
@@ -33,6 +34,30 @@ def _read(path):
 def _flip(path, offset, mask=0x10):
     data = bytearray(_read(path))
     data[offset] ^= mask
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def _fletcher64(data: bytes, checksum_at: int) -> int:
+    """libpmemobj's header checksum: Fletcher-64 over 32-bit words, its own 8 bytes as 0."""
+    lo = hi = 0
+    for off in range(0, len(data), 4):
+        if off not in (checksum_at, checksum_at + 4):
+            lo = (lo + int.from_bytes(data[off:off + 4], "little")) & 0xFFFFFFFF
+        hi = (hi + lo) & 0xFFFFFFFF
+    return hi << 32 | lo
+
+
+def _relabel(path, layout: bytes):
+    """Give the pool at `path` another layout name, with the descriptor's checksum that
+    libpmemobj would have written for it: a pool another program (or another nvmw
+    format) made, intact."""
+    data = bytearray(_read(path))
+    desc = data[4096:4096 + 2048]
+    assert _fletcher64(desc, 2040) == int.from_bytes(desc[2040:], "little")  # as written
+    desc[:1024] = layout.ljust(1024, b"\0")
+    desc[2040:] = _fletcher64(desc, 2040).to_bytes(8, "little")
+    data[4096:4096 + 2048] = desc
     with open(path, "wb") as f:
         f.write(data)
 
@@ -89,7 +114,7 @@ def test_foreign_file_is_one_line(shm_dir, capsys):
     path = os.path.join(shm_dir, "foreign")
     with open(path, "wb") as f:
         f.write(b"not a pool\n" * (1 << 20))
-    assert main(["check", path]) == 1
+    assert main(["check", path]) == 8
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "PMEMOBJ" in err and "Traceback" not in err
 
@@ -99,6 +124,7 @@ def test_non_utf8_layout_is_a_clear_error(pool, capsys):
     data[4096:4096 + 4] = b"\xff\xfe\x80\x00"  # the layout name
     with open(pool, "wb") as f:
         f.write(data)
+    # The name fails the descriptor's checksum and the root object is ours: damage.
     assert main(["check", pool]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "\\xff\\xfe\\x80" in err
@@ -110,7 +136,7 @@ def test_non_utf8_layout_is_a_clear_error(pool, capsys):
 def test_salvage_target_must_be_new(pool, shm_dir):
     other = os.path.join(shm_dir, "exists")
     open(other, "wb").close()
-    assert main(["check", pool, "--salvage", other]) == 1
+    assert main(["check", pool, "--salvage", other]) == 8
 
 
 SIZE_RANGE = "must be between 8388608 (8 MiB) and 9223372036854775807 (2^63-1)"
@@ -147,7 +173,8 @@ def test_salvage_size_bounds_are_accepted_and_rounded_to_pages(pool, shm_dir, ca
     assert "salvaged %d entries" % KEYS in capsys.readouterr().out
     # The largest file size reaches the filesystem, which refuses it in one line naming the pool.
     largest = os.path.join(shm_dir, "largest.pool")
-    assert main(["check", pool, "--salvage", largest, "--salvage-size", str(2**63 - 1)]) == 1
+    # A salvage that could not be written did not finish: 8, not 1 (the pool is intact).
+    assert main(["check", pool, "--salvage", largest, "--salvage-size", str(2**63 - 1)]) == 8
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith(f"nvmw check: error: {largest}: salvage failed: ")
     assert "os_off_t" not in err and not os.path.exists(largest)
@@ -192,7 +219,7 @@ def test_salvage_target_is_checked_before_the_walk(pool, shm_dir, capsys, kind):
         # Was: "salvage failed: ... cannot open or create pool".
         "dangling-link": (dangling, f"{dangling}: salvage target exists; give a new path"),
     }[kind]
-    assert main(["check", pool, "--salvage", out_pool]) == 1
+    assert main(["check", pool, "--salvage", out_pool]) == 8
     assert capsys.readouterr() == ("", f"nvmw check: error: {message}\n")
     assert sorted(os.listdir(shm_dir)) == ["dangling", "file", "p.pool"]
 
@@ -203,7 +230,7 @@ def test_scratch_dir_must_be_a_directory(pool, shm_dir, capsys):
     open(blocker, "wb").close()
     missing = os.path.join(shm_dir, "missing")
     for scratch, what in ((missing, "no such directory"), (blocker, "not a directory")):
-        assert main(["check", pool, "--scratch-dir", scratch]) == 1
+        assert main(["check", pool, "--scratch-dir", scratch]) == 8
         assert capsys.readouterr() == ("", f"nvmw check: error: --scratch-dir {scratch}: {what}\n")
     scratch = os.path.join(shm_dir, "scratch")
     os.mkdir(scratch)
@@ -215,7 +242,7 @@ def test_missing_pool_with_salvage_is_the_core_s_one_line(shm_dir, capsys):
     # Was: "[Errno 2] No such file or directory: '...'" from sizing the salvage pool.
     missing = os.path.join(shm_dir, "nothing.pool")
     out_pool = os.path.join(shm_dir, "out.pool")
-    assert main(["check", missing, "--salvage", out_pool]) == 1
+    assert main(["check", missing, "--salvage", out_pool]) == 8
     assert capsys.readouterr().err == f"nvmw check: error: {missing}: pool file does not exist\n"
     assert not os.path.exists(out_pool)
 
@@ -226,7 +253,7 @@ def test_a_file_that_is_not_a_pool_under_a_name_that_is_not_utf8(shm_dir, capsys
     raw = os.path.join(os.fsencode(shm_dir), b"q\xff.pool")
     with open(raw, "wb") as f:
         f.write(b"not a pool\n" * (1 << 20))
-    assert main(["check", os.fsdecode(raw)]) == 1
+    assert main(["check", os.fsdecode(raw)]) == 8
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
     report = nvmw._core.check_pmem_pool(raw)
@@ -239,7 +266,7 @@ def test_a_pool_open_in_another_engine_is_refused_not_reported_damaged(pool, cap
     eng = nvmw.open_engine("pmem", pool)
     try:
         before = _read(pool)
-        assert main(["check", pool]) == 1
+        assert main(["check", pool]) == 8  # not checked, not damaged
         captured = capsys.readouterr()
         assert captured.err == (f"nvmw check: error: {pool}: pool is open in another process or engine; "
                                 f"check it once that one has closed it\n")
@@ -248,3 +275,101 @@ def test_a_pool_open_in_another_engine_is_refused_not_reported_damaged(pool, cap
     finally:
         del eng
     assert main(["check", pool]) == 0
+
+
+# --- exit statuses ---------------------------------------------------------------------
+
+def _make(kind, pool, shm_dir):
+    """The file `nvmw check` is given for `kind`, made from the intact pool at `pool`."""
+    data = _read(pool)
+    path = pool
+    if kind == "damaged-entry":
+        _flip(pool, data.find(_value(17)) + 3)
+    elif kind == "damaged-pool-header":
+        _flip(pool, 200, 0x01)  # inside the pool header's checksum
+    elif kind == "damaged-signature":
+        _flip(pool, 0, 0x01)  # "PMEMOBJ" no more; the layout name still says nvmw
+    elif kind == "truncated-pool":
+        with open(pool, "wb") as f:
+            f.write(data[:4 << 20])  # smaller than any pmemobj pool, the header ours
+    elif kind == "missing":
+        path = os.path.join(shm_dir, "nothing.pool")
+    elif kind == "directory":
+        path = os.path.join(shm_dir, "dir.pool")
+        os.mkdir(path)
+    elif kind == "empty-file":
+        path = os.path.join(shm_dir, "empty.pool")
+        open(path, "wb").close()
+    elif kind == "text-file":
+        path = os.path.join(shm_dir, "notes.txt")
+        with open(path, "wb") as f:
+            f.write(b"not a pool\n" * (1 << 20))
+    elif kind == "foreign-layout":
+        _relabel(pool, b"another-program")
+    elif kind == "format-1":
+        _relabel(pool, b"nvmw-kv-1")
+    else:
+        assert kind == "intact"
+    return path
+
+
+STATUSES = [
+    ("intact", 0, "ok: format 2"),
+    ("damaged-entry", 1, "DAMAGED"),
+    ("damaged-pool-header", 1, "pool header damaged (checksum mismatch)"),
+    ("damaged-signature", 1, 'pool header damaged (no PMEMOBJ signature; the layout name is "nvmw-kv-2")'),
+    ("truncated-pool", 1, "nvmw pool truncated to 4194304 bytes"),
+    ("missing", 8, "nothing.pool: pool file does not exist"),
+    ("directory", 8, "dir.pool: not a regular file"),
+    ("empty-file", 8, "empty file (0 bytes), not an nvmw pool"),
+    ("text-file", 8, "not a pmemobj pool (no PMEMOBJ signature)"),
+    ("foreign-layout", 8, 'pool has layout "another-program", expected "nvmw-kv-2"'),
+    ("format-1", 8, "nvmw pool format version 1"),
+]
+
+
+@pytest.mark.parametrize("kind, status, words", STATUSES, ids=[k for k, _, _ in STATUSES])
+def test_exit_status_tells_damage_from_a_check_that_did_not_run(pool, shm_dir, capsys, kind, status, words):
+    # Was: 1 for every one of them but the intact pool, so a script could not tell a
+    # damaged pool (salvage it) from a check that did not run (a wrong path, another
+    # program's file).
+    path = _make(kind, pool, shm_dir)
+    before = _read(path) if os.path.isfile(path) else None
+    assert main(["check", path]) == status
+    out, err = capsys.readouterr()
+    assert words in (out if status == 0 or kind == "damaged-entry" else err), (out, err)
+    if err:
+        assert len(err.splitlines()) == 1 and err.startswith("nvmw check: error: ")
+    # The same status with --json; the report, when the file could be read, says whose it is.
+    assert main(["check", path, "--json"]) == status
+    out, err = capsys.readouterr()
+    if kind in ("missing", "directory"):
+        assert out == "" and words in err
+    else:
+        report = json.loads(out)
+        assert report["nvmw_pool"] is (status != 8)
+        assert report["clean"] is (status == 0)
+    if before is not None:
+        assert _read(path) == before  # never written
+
+
+@pytest.mark.parametrize("kind, status", [("intact", 0), ("damaged-entry", 1), ("damaged-pool-header", 1),
+                                          ("missing", 8), ("foreign-layout", 8)])
+def test_exit_status_with_salvage(pool, shm_dir, capsys, kind, status):
+    path = _make(kind, pool, shm_dir)
+    out_pool = os.path.join(shm_dir, "salvaged.pool")
+    assert main(["check", path, "--salvage", out_pool]) == status
+    capsys.readouterr()
+    # A pool whose entries could be read is salvaged; one that is not an nvmw pool, or
+    # whose header is damaged, leaves nothing behind.
+    assert os.path.exists(out_pool) is (kind in ("intact", "damaged-entry"))
+
+
+def test_help_lists_the_exit_statuses(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["check", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    epilog = out[out.index("exit status:"):].splitlines()
+    assert [line.split()[0] for line in epilog[1:] if line[:3].strip()] == ["0", "1", "2", "8"]
+    assert "  8  not checked, nothing said about the pool: no such file," in out

@@ -1,15 +1,45 @@
 """`nvmw check POOL [--salvage OUT]`: report what is damaged in a pmem pool file (header,
-links, entries) without modifying it; exit status 1 when anything is. With --salvage,
-copy every intact entry into a new pool (docs/engine.md, "Damaged pools")."""
+links, entries) without modifying it. With --salvage, copy every intact entry into a new
+pool (docs/engine.md, "Damaged pools").
+
+The exit status tells a damaged pool from a check that did not run, as fsck(8) tells
+errors in a file system from operational errors: 0 intact, 1 damaged, 2 usage error,
+8 not checked (no such file, not readable, not an nvmw pool of this format, open in
+another process, an I/O error, or a --salvage that could not write its pool)."""
 from __future__ import annotations
 
 import argparse
 import os
 import re
+import sys
 
 from nvmw.commands import SUMMARIES
 from nvmw import _core
 from nvmw.commands._util import UsageError, plural, print_json
+from nvmw.errors import NvmwError
+
+# Exit statuses. 1 stays "damaged" (what it always meant); 2 is argparse's usage error,
+# as for every nvmw command; a check that did not run takes fsck(8)'s "operational
+# error", 8, rather than 3 or 4: fsck's 4 means errors left uncorrected, which a reader
+# of fsck would take for damage.
+EXIT_CLEAN = 0
+EXIT_DAMAGED = 1
+EXIT_USAGE = 2
+EXIT_NOT_CHECKED = 8
+
+EPILOG = f"""\
+exit status:
+  {EXIT_CLEAN}  the pool is intact (with --salvage: every entry copied)
+  {EXIT_DAMAGED}  the pool is damaged: a damaged entry or link, or the header of a file that
+     is an nvmw pool (its layout name says so) damaged or cut short (with --salvage:
+     every intact entry copied; none when the header is damaged)
+  {EXIT_USAGE}  usage error: an option refused
+  {EXIT_NOT_CHECKED}  not checked, nothing said about the pool: no such file, not a regular
+     file, permission denied, an I/O error, not an nvmw pool (no pmemobj signature,
+     another program's layout, an older or newer nvmw format), a pool open in
+     another process, the scratch copy not made, a --salvage target that exists,
+     or a salvage pool that could not be written or filled up
+"""
 
 # The salvage pool's size: libpmemobj's smallest pool (PMEMOBJ_MIN_POOL, 8 MiB) up to the
 # largest file size (an off_t). The core rounds it down to whole 4 KiB pages.
@@ -40,8 +70,8 @@ def _path(text: str) -> str:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("check", help=SUMMARIES["check"],
-                       description=__doc__)
+    p = sub.add_parser("check", help=SUMMARIES["check"], description=__doc__, epilog=EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("pool", help="pool file to check (never modified)")
     p.add_argument("--salvage", metavar="OUT", type=_path, default=None,
                    help="copy every intact entry into a new pool at OUT (must not exist; its "
@@ -78,6 +108,38 @@ def _check_dirs(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.salvage_size is not None and args.salvage is None:
         raise UsageError("--salvage-size needs --salvage (it sizes the salvage pool)")
+    try:
+        report = _check(args)
+    except (NvmwError, OSError, ValueError) as e:
+        # The check did not run or did not finish: no finding about the pool.
+        _error(e)
+        return EXIT_NOT_CHECKED
+    except MemoryError:
+        _error("out of memory")
+        return EXIT_NOT_CHECKED
+    status = _status(report)
+    if args.json:
+        print_json(report)
+        return status
+    if not report["readable"]:
+        # Not a pool, another layout, a damaged header: one line says which.
+        msg = report["problems"][0] if report["problems"] else "unreadable pool"
+        _error(msg.removeprefix('header: ').removeprefix('heap: '))
+        return status
+    print(f"{args.pool}: {'ok' if report['clean'] else 'DAMAGED'}: format {report['format_version']}, "
+          f"{plural(report['entries_ok'], 'intact entry', 'intact entries')}, "
+          f"{plural(report['entries_damaged'], 'damaged entry', 'damaged entries')}, "
+          f"{plural(report['links_damaged'], 'damaged link')}, "
+          f"{plural(report['unreachable'], 'unreachable entry', 'unreachable entries')}")
+    for line in report["problems"]:
+        print(f"  {line}")
+    if args.salvage:
+        print(f"salvaged {plural(report['salvaged'], 'entry', 'entries')} into {args.salvage}")
+    return status
+
+
+def _check(args: argparse.Namespace) -> dict:
+    """The core's report on args.pool (and its salvage), as printed."""
     _check_dirs(args)
     size = args.salvage_size
     if args.salvage is not None and size is None:
@@ -91,21 +153,19 @@ def run(args: argparse.Namespace) -> int:
         scratch_dir=args.scratch_dir or ""))
     report["problems"] = list(report["problems"])
     report["pool"] = args.pool
-    if args.json:
-        print_json(report)
-        return 0 if report["clean"] else 1
-    if not report["readable"]:
-        # Not a pool, another layout, a damaged header: one line says which.
-        msg = report["problems"][0] if report["problems"] else "unreadable pool"
-        raise ValueError(msg.removeprefix('header: ').removeprefix('heap: '))
-    status = "ok" if report["clean"] else "DAMAGED"
-    print(f"{args.pool}: {status}: format {report['format_version']}, "
-          f"{plural(report['entries_ok'], 'intact entry', 'intact entries')}, "
-          f"{plural(report['entries_damaged'], 'damaged entry', 'damaged entries')}, "
-          f"{plural(report['links_damaged'], 'damaged link')}, "
-          f"{plural(report['unreachable'], 'unreachable entry', 'unreachable entries')}")
-    for line in report["problems"]:
-        print(f"  {line}")
-    if args.salvage:
-        print(f"salvaged {plural(report['salvaged'], 'entry', 'entries')} into {args.salvage}")
-    return 0 if report["clean"] else 1
+    return report
+
+
+def _status(report: dict) -> int:
+    """What the report says: intact, damaged, or a file that is not an nvmw pool of this
+    format, which the check cannot examine (nvmw_pool false: its header carries neither
+    this format's layout name nor, where that name is damaged, its root object)."""
+    if report["clean"]:
+        return EXIT_CLEAN
+    return EXIT_DAMAGED if report["nvmw_pool"] else EXIT_NOT_CHECKED
+
+
+def _error(e: BaseException | str) -> None:
+    """One line on stderr, in the form nvmw.cli gives every command's errors (the core's
+    errors carry their whole message; nvmw.errors makes a NotFoundError's unquoted)."""
+    print(f"nvmw check: error: {e}", file=sys.stderr)
