@@ -120,6 +120,10 @@ class PmemEngine final : public Engine {
   // Makes libpmemobj rebuild its free-space view now, on the opening thread (see the
   // definition for why).
   void WarmAllocator();
+  // Registers the allocation classes entries of 1 KiB to 2.8 MiB are reserved from
+  // (runs of one chunk or one unit instead of libpmemobj's up to 16 chunks; see the
+  // definition).
+  void RegisterSizeClasses();
 
   Status Get(std::string_view key, const ValueFn& fn) override {
     return WithServable(key, [&](const Entry* e) {
@@ -250,6 +254,10 @@ class PmemEngine final : public Engine {
 
   void StopHugePages();
 
+  // pmemobj_xreserve flags for an entry object of `bytes`: the smallest class of
+  // size_classes_ that holds it, or 0 (libpmemobj's own choice) outside their range.
+  uint64_t ClassFlags(uint64_t bytes) const;
+
   // Reserves an entry for key/value (hash h), fills and flushes it without draining;
   // *off is its pool offset. The reservation goes into *act, for a publish or cancel.
   Status ReserveAndFill(std::string_view key, std::string_view value, uint64_t h,
@@ -266,6 +274,8 @@ class PmemEngine final : public Engine {
   uint64_t* buckets_ = nullptr;
   uint64_t bucket_mask_ = 0;
   std::vector<Stripe> stripes_;
+  // Allocation classes of this open, ascending by unit size: {unit bytes, class id}.
+  std::vector<std::pair<uint64_t, unsigned>> size_classes_;
   std::atomic<bool> has_quarantine_{false};
   mutable std::mutex quarantine_mu_;
   std::unordered_map<uint64_t, bool> quarantine_;
