@@ -53,11 +53,11 @@ std::vector<uint64_t> Seeds() {
   while (*p != '\0') {
     char* end = nullptr;
     const uint64_t lo = std::strtoull(p, &end, 10);
+    if (end == p) break;  // not a number: what was read so far
     uint64_t hi = lo;
     if (*end == '-') hi = std::strtoull(end + 1, &end, 10);
     for (uint64_t s = lo; s <= hi; ++s) seeds.push_back(s);
     p = *end == ',' ? end + 1 : end;
-    if (end == p && *p != '\0') break;  // not a number: stop rather than loop
   }
   return seeds;
 }
@@ -567,7 +567,9 @@ class EngineModelTest : public ::testing::TestWithParam<std::string> {
 TEST_P(EngineModelTest, RandomOperationsMatchAMap) {
   const int ops = OpsFromEnv(kDefaultOps);
   uint64_t total_ops = 0, reopens = 0;
-  for (uint64_t seed : Seeds()) {
+  const std::vector<uint64_t> seeds = Seeds();
+  ASSERT_FALSE(seeds.empty()) << "NVMW_MODEL_SEEDS names no seed";
+  for (uint64_t seed : seeds) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     // Bucket counts from one chain for every key (a PutMany group of one) to more
     // buckets than lock stripes (two buckets of a group may share a stripe).
@@ -594,7 +596,9 @@ TEST(PmemEngineModelTest, FullPoolMatchesAMap) {
   ASSERT_FALSE(dir.path().empty()) << "mkdtemp under /dev/shm failed";
   const int ops = OpsFromEnv(kDefaultFullOps);
   uint64_t total_ops = 0, nospace = 0;
-  for (uint64_t seed : Seeds()) {
+  const std::vector<uint64_t> seeds = Seeds();
+  ASSERT_FALSE(seeds.empty()) << "NVMW_MODEL_SEEDS names no seed";
+  for (uint64_t seed : seeds) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     const std::string pool = dir.File("full-" + std::to_string(seed));
     ModelRun run(seed, pool, ModelPmemOptions(PMEMOBJ_MIN_POOL, seed % 2 == 0 ? 1 : 64));
