@@ -206,20 +206,23 @@ void PmemEngine::WarmAllocator() {
 // to the allocating thread's arena even when every object in it has been freed. Its
 // own classes (5 % apart) have runs of 200 units, 16 chunks (4 MiB) from 20 KiB up, so
 // every class a store had used held up to 4 MiB of the pool until it was closed,
-// whatever the store held: in a 64 MiB pool, one value of each of 17 sizes from 20 to 350 KiB, all
-// removed, left room for 18 values of 1 MiB where an empty pool takes 42, and a 128 MiB
-// pool holding 12 MB refused a 540 KiB value. These classes, 2^(1/4) apart (at most 19 %
-// of an object unused, 9 % on average), have runs of one chunk below 254 KiB and of one
-// unit above, so an emptied class holds one chunk or one object's size. They reach past
-// 2.5 MiB, where libpmemobj stops using runs: larger entries take whole chunks, given
-// back as soon as they are freed. Classes are runtime state, registered at every open;
-// runs record their unit size, so pools written with other classes open as before.
+// whatever the store held: in a 64 MiB pool, one value of each of 17 sizes from 20 to
+// 350 KiB, all removed, left room for 18 values of 1 MiB where an empty pool takes 42,
+// and a 128 MiB pool holding 12 MB refused a 540 KiB value. These classes are 2^(1/4)
+// apart below 255 KiB (at most 19 % of an object unused, 9 % on average), with runs of
+// one chunk, and whole chunks above, with runs of one unit: an emptied class holds one
+// chunk, or one object's chunks. They reach past 2.5 MiB, where libpmemobj stops using
+// runs: larger entries take whole chunks, given back as soon as they are freed. Classes
+// are runtime state, registered at every open; runs record their unit size, so pools
+// written with other classes open as before.
 void PmemEngine::RegisterSizeClasses() {
   constexpr uint64_t kChunk = 256 << 10;
   constexpr uint64_t kRunHeader = 1024;  // run header and bitmap, with room to spare
   for (int k = 1; k <= 46; ++k) {  // 1 KiB * 2^(k/4): 1.2 KiB .. 2.8 MiB
-    const uint64_t unit =
-        (static_cast<uint64_t>(1024.0 * std::exp2(k / 4.0)) + 63) & ~uint64_t{63};
+    uint64_t unit = (static_cast<uint64_t>(1024.0 * std::exp2(k / 4.0)) + 63) & ~uint64_t{63};
+    // A run of one unit takes whole chunks: the unit fills them.
+    if (unit > kChunk - kRunHeader) unit = (unit + kChunk - 1) / kChunk * kChunk - kRunHeader;
+    if (!size_classes_.empty() && size_classes_.back().first == unit) continue;
     pobj_alloc_class_desc desc{};
     desc.unit_size = unit;
     desc.alignment = 0;

@@ -639,8 +639,9 @@ TEST(PmemEngineModelTest, SpaceFreedByOneSizeIsReusedByAnother) {
   }
   for (int kib : kKiB) ASSERT_TRUE(used->Remove("mid" + std::to_string(kib)).ok()) << kib;
   ASSERT_EQ(used->Count(), 0u);
-  // What may stay attached: one run per class used, a chunk (256 KiB) each up to 254
-  // KiB and one unit above, about 4.6 MB here: 4 values of 1 MiB (5 chunks each).
+  // What may stay attached: one run per class used, a chunk (256 KiB) each below 255 KiB
+  // and one object's chunks above, 19 chunks here: under 4 values of 1 MiB (5 chunks
+  // each).
   const int used_fits = fill(used.get());
   EXPECT_GE(used_fits, fresh_fits - 4) << "an emptied 64 MiB pool took " << used_fits
                                        << " values of 1 MiB, a fresh one " << fresh_fits;
