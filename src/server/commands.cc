@@ -991,11 +991,13 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
     case Cmd::kSet:
       if (args.size() > 3) {
         // Expiry and conditional sets need what the engine does not have; say so rather
-        // than store the value without them.
-        std::string opt = Lower(args[3]);
+        // than store the value without them. The option is read up to a NUL byte, as Redis
+        // reads it (a C string): `nx\0x` is NX there.
+        const std::string name = CPrefix(args[3], args[3].size());
+        std::string opt = Lower(name);
         static constexpr std::string_view kKnown[] = {"ex", "px", "exat", "pxat", "nx", "xx", "keepttl", "get"};
         if (std::find(std::begin(kKnown), std::end(kKnown), opt) != std::end(kKnown)) {
-          std::string up = args[3];
+          std::string up = name;
           for (char& ch : up) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
           error("ERR SET option " + up + " is not supported by nvmw (no expiry, no conditional set)");
         } else {
@@ -1063,6 +1065,8 @@ void Server::Impl::Execute(IoThread* io, Conn* c, std::vector<std::string>& args
       int64_t db = -1;
       if (!ParseRedisInt(args[1], &db)) {
         error("ERR value is not an integer or out of range");
+      } else if (db < INT32_MIN || db > INT32_MAX) {  // Redis reads the index as an int
+        error("ERR value is out of range, value must between -2147483648 and 2147483647");
       } else if (db != 0) {
         error("ERR DB index is out of range");
       } else {

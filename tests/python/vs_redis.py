@@ -139,9 +139,11 @@ DIFFERENCES = {
          b"-ERR invalid argument: key of 65537 bytes exceeds max_key_bytes=65536\r\n",
          b"-ERR invalid argument: empty key\r\n", b"$-1\r\n", b":0\r\n"],
         "an empty key or one over 64 KiB is refused by SET and MSET (Redis stores it)"),
-    "set options": ([cmd("SET", "so", "v", "NX", "XX"), cmd("SET", "so", "v", "EX"), cmd("GET", "so")],
+    "set options": ([cmd("SET", "so", "v", "NX", "XX"), cmd("SET", "so", "v", "EX"),
+                     cmd("SET", "so", "v", b"xx\x00y"), cmd("GET", "so")],  # Redis reads an option up to a NUL
                     [b"-ERR SET option NX is not supported by nvmw (no expiry, no conditional set)\r\n",
-                     b"-ERR SET option EX is not supported by nvmw (no expiry, no conditional set)\r\n", b"$-1\r\n"],
+                     b"-ERR SET option EX is not supported by nvmw (no expiry, no conditional set)\r\n",
+                     b"-ERR SET option XX is not supported by nvmw (no expiry, no conditional set)\r\n", b"$-1\r\n"],
                     "each of `EX PX EXAT PXAT NX XX KEEPTTL GET` is refused with the nvmw message"),
     "one database": ([cmd("SELECT", "1"), cmd("CONFIG", "GET", "databases")],
                      [b"-ERR DB index is out of range\r\n", b"*2\r\n$9\r\ndatabases\r\n$1\r\n1\r\n"],
