@@ -256,12 +256,9 @@ def run_seed(ports: tuple, seed: int, steps: int = STEPS) -> int:
 
 
 @contextlib.contextmanager
-def servers(nvmw_args: tuple = (), pool_mb: int = 256):
+def servers(nvmw_args: tuple = (), pool_mb: int = 64):
     """A redis-server and an nvmw serve of their own (so that DBSIZE counts the sequence's
-    keys alone), nvmw on a pmem pool on /dev/shm: yields their ports. The pool is many
-    times what the values need: values of many sizes between 20 and 250 KB fill a small
-    pool though few are held (one key overwritten with such values: pool full after 20-60
-    puts on 64 MiB, at 56 on 96 MiB, none in 3,000 on 128 MiB)."""
+    keys alone), nvmw on a pmem pool on /dev/shm: yields their ports."""
     base = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.TemporaryDirectory(prefix="nvmw-test-", dir=base) as d:
         pool = ("--engine", "pmem", "--path", os.path.join(d, "t.pool"), "--pool-mb", str(pool_mb))
@@ -280,8 +277,7 @@ def main(argv: list) -> int:
     first, count = int(args[0]), int(args[1])
     steps = int(args[2]) if len(args) > 2 else STEPS
     sent, failed = 0, []
-    # A pool larger than the test's: many seeds' values of many sizes go through one pool.
-    with servers(nvmw_args, pool_mb=2048) as ports:
+    with servers(nvmw_args) as ports:
         for seed in range(first, first + count):
             try:
                 sent += run_seed(ports, seed, steps)
