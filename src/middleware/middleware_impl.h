@@ -96,6 +96,10 @@ struct Pool {
     // The worker's futex word: kRunning, kAsleep, kNotified. Whoever moves it out of
     // kAsleep (a waker, or the worker itself on finding work) decrements `parked`.
     alignas(64) std::atomic<uint32_t> sleep{0};
+    // Hand-off: set from before the worker's target check until its pop is over, so a
+    // shrink can wait until no worker above the new target is taking a request
+    // (ResizeLocked).
+    std::atomic<bool> taking{false};
   };
   std::vector<Slot> slots;
 };
@@ -310,6 +314,9 @@ struct Middleware::Impl {
   // an async waiter the permit went to, so a busy class costs no wake-up per request.
   void RunHoldingPermit(Task* t, int cls, StatsShard* shard);
   bool TryRetire(Pool& p, int slot, bool force);
+  // Hand-off, after lowering p's target to n: waits until no worker in a slot >= n is
+  // between its target check and its pop. ctl_mu held.
+  static void WaitForTakers(Pool& p, int n);
   void WorkerMain(Pool* pool, int slot, StatsShard* shard);
   void Park(Pool& p, int slot);
   StatsShard* NewShard();

@@ -103,13 +103,26 @@ void Middleware::Impl::WorkerMain(Pool* pool, int slot, StatsShard* shard) {
       (void)::setpriority(PRIO_PROCESS, tid, std::min(19, inherited + options.batch_nice));
     }
   }
+  std::atomic<bool>& taking = p.slots[slot].taking;
   for (;;) {
-    if (slot >= p.target.load(std::memory_order_relaxed) && TryRetire(p, slot, false)) return;
+    // With hand-off the pool is the limit: a worker above the target must take no new
+    // request once a shrink has returned. It says so before it checks the target, and
+    // the shrink waits for it (Dekker: either it sees the new target, or the shrink
+    // sees it taking and waits until its pop is over), so what it pops is a request it
+    // was taking when the shrink came, its current one.
+    if (!holds_permits) taking.store(true, std::memory_order_seq_cst);
+    if (slot >= p.target.load(std::memory_order_seq_cst)) {
+      if (!holds_permits) taking.store(false, std::memory_order_release);
+      if (TryRetire(p, slot, false)) return;
+      continue;  // a grow kept the slot: check again
+    }
     // Read `stopping` before popping: once it is set every submission has been
     // published, so a failed pop afterwards means the queue is really drained.
     const bool stop = stopping.load(std::memory_order_acquire);
     Task* t = nullptr;
-    if (p.queue.TryPop(&t)) {
+    const bool popped = p.queue.TryPop(&t);
+    if (!holds_permits) taking.store(false, std::memory_order_release);
+    if (popped) {
       if (holds_permits) {
         RunHoldingPermit(t, cls, shard);
       } else {
@@ -166,6 +179,12 @@ StatsShard* Middleware::Impl::NewShard() {
   return shards.back().get();
 }
 
+void Middleware::Impl::WaitForTakers(Pool& p, int n) {
+  for (size_t s = static_cast<size_t>(n); s < p.slots.size(); ++s) {
+    while (p.slots[s].taking.load(std::memory_order_seq_cst)) std::this_thread::yield();
+  }
+}
+
 // Sets a pool's target and starts workers for dead slots below it. ctl_mu held.
 Status Middleware::Impl::ResizeLocked(int cls, int n) {
   Pool& p = *pools[cls];
@@ -188,6 +207,7 @@ Status Middleware::Impl::ResizeLocked(int cls, int n) {
       const int kept = std::max(s, 1);
       p.target.store(kept, std::memory_order_seq_cst);
       if (kept < old) WakeAll(p);
+      if (kept < old && !UsesPermits()) WaitForTakers(p, kept);
       if (UsesPermits() && s > 0) Dispatch(permits[cls].SetLimit(kept), nullptr);
       std::string msg = std::string("cannot start ") + ClassName(cls) + " worker " +
                         std::to_string(s + 1) + " of " + std::to_string(n) + " (" + e.what() + ")";
@@ -199,6 +219,8 @@ Status Middleware::Impl::ResizeLocked(int cls, int n) {
     slot.alive = true;
   }
   if (n < old) WakeAll(p);  // parked workers above the target must wake to retire
+  // With hand-off the pool is the limit: none of them may take a request from now on.
+  if (n < old && !UsesPermits()) WaitForTakers(p, n);
   // The limit follows the pool: a grow admits waiters now, a shrink as permits return.
   if (UsesPermits()) Dispatch(permits[cls].SetLimit(n), nullptr);
   return Status::OK();

@@ -125,7 +125,7 @@ class Rng {
 
 constexpr uint64_t kThreshold = 256;  // batch_threshold_bytes
 const char* const kFailKey = "__fail__";  // TestEngine::fail_key: IOError, never stored
-constexpr uint32_t kMaxEpochs = 1 << 14;
+constexpr uint32_t kMaxEpochs = 1 << 16;
 constexpr size_t kHeader = 17;  // class tag, 8 hex digits of epoch, 8 of request id
 
 // Failures from any thread, reported by the test's thread at the end.
@@ -199,6 +199,8 @@ class CountingEngine : public Engine {
   const char* Name() const override { return "counting"; }
 
   int executions(uint32_t id) const { return executions_[id].load(); }
+  // Operations of class c that have reached the engine.
+  uint64_t executed(int c) const { return executed_[c].load(); }
   int max_inflight(int c) {
     std::lock_guard<std::mutex> lock(mu_);
     return max_seen_[c];
@@ -228,6 +230,7 @@ class CountingEngine : public Engine {
         e_->failures_->Add("request " + std::to_string(id) + " reached the engine after Stop");
       }
       e_->executions_[id].fetch_add(1);
+      e_->executed_[cls_].fetch_add(1);
       std::lock_guard<std::mutex> lock(e_->mu_);
       const int c = e_->control_ ? cls_ : 0;
       e_->stamps_[c].insert(epoch_);
@@ -271,6 +274,7 @@ class CountingEngine : public Engine {
   const bool hand_off_;
   const int shared_bound_;
   std::vector<std::atomic<int>> executions_;
+  std::atomic<uint64_t> executed_[2] = {};
   std::mutex mu_;
   std::multiset<uint32_t> stamps_[2];  // guarded by mu_: epochs of the operations in flight
   int max_seen_[2] = {0, 0};           // guarded by mu_
@@ -476,6 +480,7 @@ class Run {
   void OneRequest(Client& cl, Rng& rng);
   void Group(Client& cl, Rng& rng);
   void ControllerMain();
+  void ObserverMain();
 
   const uint64_t seed_;
   const Config config_;
@@ -492,6 +497,7 @@ class Run {
   std::vector<std::unique_ptr<Client>> client_state_;
   std::atomic<bool> stop_called_{false};
   std::atomic<int> clients_done_{0};
+  std::atomic<bool> observer_stop_{false};
   std::atomic<int64_t> progress_{0};
   int64_t stop_at_ = -1;  // progress at which the controller calls Stop (-1: at the end)
   std::mutex progress_mu_;
@@ -745,6 +751,43 @@ void Run::ControllerMain() {
   if (stopper.joinable()) stopper.join();
 }
 
+// Reads the statistics while requests flow: the totals never go down nor count more
+// than has reached the engine, windows come in order, limits stay in [1, max_threads].
+void Run::ObserverMain() {
+  uint64_t last_ops[2] = {0, 0};
+  uint64_t last_seq = 0;
+  while (!observer_stop_.load()) {
+    for (int c = 0; c < 2; ++c) {
+      const ClassTotals t = mw_->Totals(static_cast<RequestClass>(c));
+      const uint64_t ran = engine_->executed(c);
+      if (t.ops < last_ops[c] || t.ops > ran) {
+        failures_.Add(std::string(c == 0 ? "interactive" : "batch") + " Totals ops " +
+                      std::to_string(t.ops) + " after " + std::to_string(last_ops[c]) + ", with " +
+                      std::to_string(ran) + " operations run");
+      }
+      last_ops[c] = t.ops;
+      (void)mw_->QueueLength(static_cast<RequestClass>(c));
+    }
+    const WindowStats w = mw_->GetStats();
+    if (w.seq < last_seq) failures_.Add("GetStats went back to window " + std::to_string(w.seq));
+    last_seq = w.seq;
+    (void)mw_->GetState();
+    int threads[2] = {0, 0};
+    mw_->GetThreads(&threads[0], &threads[1]);
+    for (int n : threads) {
+      if (config_.control && (n < 1 || n > options_.max_threads)) {
+        failures_.Add("GetThreads says " + std::to_string(n));
+      }
+    }
+    WindowStats next;
+    const Status s = mw_->WaitForWindow(last_seq, 0.002, &next);
+    if (!(s.ok() || s.ToString().find("timeout") != std::string::npos ||
+          (s.IsShutdown() && stop_called_.load()))) {
+      failures_.Add("WaitForWindow: " + s.ToString());
+    }
+  }
+}
+
 RunTotals Run::Go() {
   Rng rng(seed_);
   options_.control = config_.control;
@@ -775,6 +818,18 @@ RunTotals Run::Go() {
   const int start_i = 1 + static_cast<int>(rng.Uniform(options_.max_threads));
   const int start_b = 1 + static_cast<int>(rng.Uniform(options_.max_threads));
   log_.bound[0] = {start_i, start_b};
+  SCOPED_TRACE(std::string(!config_.control ? "no control"
+                           : config_.execution == Execution::kHandOff ? "hand-off"
+                                                                      : "caller-runs") +
+               ", start " + std::to_string(start_i) + "/" + std::to_string(start_b) +
+               ", queue_capacity " + std::to_string(options_.queue_capacity) +
+               ", no_control_max_inflight " + std::to_string(options_.no_control_max_inflight) +
+               ", spin_ns " + std::to_string(options_.spin_ns) +
+               (one_window ? ", one window" : ", 5 ms windows") + ", delays " +
+               std::to_string(inner_.get_delay_ns.load()) + "/" +
+               std::to_string(inner_.put_delay_ns.load()) + " ns, " +
+               (stop_at_ >= 0 ? "Stop after " + std::to_string(stop_at_) + " requests"
+                              : std::string("Stop at the end")));
   engine_ = std::make_unique<CountingEngine>(&inner_, &log_, &failures_, config_.control,
                                              config_.execution == Execution::kHandOff,
                                              options_.no_control_max_inflight, max_requests);
@@ -794,8 +849,11 @@ RunTotals Run::Go() {
     threads.emplace_back([this, i] { ClientMain(*client_state_[i]); });
   }
   std::thread controller([this] { ControllerMain(); });
+  std::thread observer([this] { ObserverMain(); });
   for (std::thread& t : threads) t.join();
   controller.join();
+  observer_stop_.store(true);
+  observer.join();
   stop_called_.store(true);
   const Status s = mw_->Stop();
   if (!s.ok()) failures_.Add("Stop: " + s.ToString());
@@ -896,6 +954,65 @@ void RunSeeds(Config config) {
               seeds.size(), static_cast<unsigned long long>(sum.requests),
               static_cast<unsigned long long>(sum.refused),
               static_cast<unsigned long long>(sum.resizes), stops);
+}
+
+// With hand-off the pool is the limit: once a shrink has returned, a worker above the
+// new target may finish the request it has but take no other. Each worker checked the
+// target before its pop, and a shrink between the two let it take a request submitted
+// after the shrink had returned, so with a limit of 1 two requests ran at once (the
+// model test above found it). Clients keep the interactive class busy while its limit
+// moves between max_threads and 1; the bound is the one the model test checks.
+TEST(MiddlewareModelTest, HandOffShrinkTakesNoNewRequest) {
+  Failures failures;
+  LimitLog log;
+  TestEngine inner;
+  const int kClients = 6;
+  const uint32_t kIds = kSanitized ? 60000 : 800000;
+  CountingEngine engine(&inner, &log, &failures, true, true, 1, kIds);
+  MiddlewareOptions o;
+  o.execution = Execution::kHandOff;
+  o.max_threads = 4;
+  o.window_s = 3600;
+  Middleware mw(o);
+  ASSERT_TRUE(mw.Start(&engine, 1, 1).ok());
+  log.bound[0] = {1, 1};
+  std::atomic<uint32_t> next_id{0};
+  std::atomic<bool> done{false};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&] {
+      for (;;) {
+        const uint32_t id = next_id.fetch_add(1);
+        if (id >= kIds || done.load()) break;
+        std::string out;
+        const std::string key = "I" + Hex8(log.epoch.load(std::memory_order_acquire)) + Hex8(id) + "k";
+        const Status s = mw.Get(key, &out, RequestClass::kInteractive);
+        if (!s.IsNotFound()) failures.Add("Get: " + s.ToString());
+      }
+      done.store(true);
+    });
+  }
+  uint32_t epoch = 0;
+  const auto resize = [&](int n) {
+    const int old = log.bound[epoch][0];
+    log.bound[epoch + 1] = {std::max(old, n), 1};
+    log.epoch.store(++epoch, std::memory_order_release);
+    const Status s = mw.SetThreads(n, 1);
+    if (!s.ok()) failures.Add("SetThreads: " + s.ToString());
+    log.bound[epoch + 1] = {n, 1};
+    log.epoch.store(++epoch, std::memory_order_release);
+  };
+  for (int round = 0; !done.load() && epoch + 4 < kMaxEpochs && failures.count() == 0; ++round) {
+    resize(o.max_threads);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));  // pacing only
+    resize(1);
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  done.store(true);
+  for (std::thread& t : clients) t.join();
+  ASSERT_TRUE(mw.Stop().ok());
+  EXPECT_EQ(failures.count(), 0u) << failures.Text();
+  std::printf("%u requests, %u resizes\n", std::min(next_id.load(), kIds), epoch / 2);
 }
 
 TEST(MiddlewareModelTest, CallerRuns) { RunSeeds(Config{true, Execution::kCallerRuns}); }
