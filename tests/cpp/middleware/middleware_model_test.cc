@@ -32,9 +32,11 @@
 // the last one did, all of them held permits, and a permit is taken only while fewer
 // than the limit are in use. With hand-off the limit is the pool: a worker above a
 // shrunk target finishes its current request while the others take new ones, so the
-// bound is the largest limit since the earliest submission among them. Each request's
+// bound is the largest limit since the earliest submission among them. With no control
+// it is no_control_max_inflight, both classes together. Each request's
 // key carries its class, the resize epoch at its submission and its id; an engine
-// wrapper strips them and does the counting in front of the test engine.
+// wrapper strips them and does the counting in front of the test engine. Meanwhile a
+// reader polls the statistics (Totals never go down nor count more than has run).
 //
 // NVMW_MODEL_SEEDS picks other seeds ("1-500", "7,12,40-60") and NVMW_MODEL_OPS the
 // requests per client and run; a failure names its seed and configuration.
