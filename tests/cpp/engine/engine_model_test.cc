@@ -26,6 +26,7 @@
 
 #include "engine/pmem_layout.h"
 #include "engine_test_util.h"
+#include "model_test_util.h"
 #include "nvmw/engine.h"
 
 namespace nvmw {
@@ -35,56 +36,15 @@ using test::TempDir;
 
 constexpr uint32_t kMaxKey = 512;
 constexpr uint64_t kMaxValue = 1 << 20;
-constexpr uint64_t kDefaultSeeds[] = {1, 2, 3};
+const std::vector<uint64_t> kDefaultSeeds = {1, 2, 3};
 constexpr int kDefaultOps = 1500;      // per seed and engine
 constexpr int kDefaultFullOps = 600;   // per seed, on the full pool
 // Large values are written only while the model holds less than this, so the 128 MiB
 // pool of the main sequence never fills (a NoSpace there is a failure).
 constexpr size_t kLiveBytesCap = 32 << 20;
 
-// "1-5,9" -> 1 2 3 4 5 9.
-std::vector<uint64_t> Seeds() {
-  const char* env = std::getenv("NVMW_MODEL_SEEDS");
-  if (env == nullptr || *env == '\0') {
-    return std::vector<uint64_t>(std::begin(kDefaultSeeds), std::end(kDefaultSeeds));
-  }
-  std::vector<uint64_t> seeds;
-  const char* p = env;
-  while (*p != '\0') {
-    char* end = nullptr;
-    const uint64_t lo = std::strtoull(p, &end, 10);
-    if (end == p) break;  // not a number: what was read so far
-    uint64_t hi = lo;
-    if (*end == '-') hi = std::strtoull(end + 1, &end, 10);
-    for (uint64_t s = lo; s <= hi; ++s) seeds.push_back(s);
-    p = *end == ',' ? end + 1 : end;
-  }
-  return seeds;
-}
+using Rng = ::nvmw::testing::ModelRng;
 
-int OpsFromEnv(int fallback) {
-  const char* env = std::getenv("NVMW_MODEL_OPS");
-  return env != nullptr && *env != '\0' ? std::atoi(env) : fallback;
-}
-
-// A small generator of its own (splitmix64): the standard distributions' outputs
-// differ between library implementations, and a seed must name one sequence.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : s_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  uint64_t Below(uint64_t n) { return Next() % n; }
-  uint64_t Between(uint64_t lo, uint64_t hi) { return lo + Below(hi - lo + 1); }
-  bool OneIn(uint64_t n) { return Below(n) == 0; }
-
- private:
-  uint64_t s_;
-};
 
 // A key for messages: its first bytes escaped, and its length.
 std::string Show(std::string_view key) {
@@ -565,9 +525,9 @@ class EngineModelTest : public ::testing::TestWithParam<std::string> {
 
 // Both engines: a random sequence per seed, every answer the model's.
 TEST_P(EngineModelTest, RandomOperationsMatchAMap) {
-  const int ops = OpsFromEnv(kDefaultOps);
+  const int ops = ::nvmw::testing::ModelOps(kDefaultOps);
   uint64_t total_ops = 0, reopens = 0;
-  const std::vector<uint64_t> seeds = Seeds();
+  const std::vector<uint64_t> seeds = ::nvmw::testing::ModelSeeds(kDefaultSeeds);
   ASSERT_FALSE(seeds.empty()) << "NVMW_MODEL_SEEDS names no seed";
   for (uint64_t seed : seeds) {
     SCOPED_TRACE("seed " + std::to_string(seed));
@@ -594,9 +554,9 @@ INSTANTIATE_TEST_SUITE_P(BothEngines, EngineModelTest, ::testing::Values("memory
 TEST(PmemEngineModelTest, FullPoolMatchesAMap) {
   TempDir dir;
   ASSERT_FALSE(dir.path().empty()) << "mkdtemp under /dev/shm failed";
-  const int ops = OpsFromEnv(kDefaultFullOps);
+  const int ops = ::nvmw::testing::ModelOps(kDefaultFullOps);
   uint64_t total_ops = 0, nospace = 0;
-  const std::vector<uint64_t> seeds = Seeds();
+  const std::vector<uint64_t> seeds = ::nvmw::testing::ModelSeeds(kDefaultSeeds);
   ASSERT_FALSE(seeds.empty()) << "NVMW_MODEL_SEEDS names no seed";
   for (uint64_t seed : seeds) {
     SCOPED_TRACE("seed " + std::to_string(seed));

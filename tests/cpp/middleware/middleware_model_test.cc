@@ -62,6 +62,7 @@
 #include <vector>
 
 #include "middleware/test_engine.h"
+#include "model_test_util.h"
 #include "nvmw/middleware.h"
 #include "nvmw/stats.h"
 
@@ -82,48 +83,9 @@ constexpr bool kSanitized = false;
 constexpr bool kSanitized = false;
 #endif
 
-constexpr uint64_t kDefaultSeeds[] = {1, 2, 3, 4};
+const std::vector<uint64_t> kDefaultSeeds = {1, 2, 3, 4};
 
-std::vector<uint64_t> SeedsFromEnv() {
-  const char* env = std::getenv("NVMW_MODEL_SEEDS");
-  if (env == nullptr || *env == '\0') {
-    return std::vector<uint64_t>(std::begin(kDefaultSeeds), std::end(kDefaultSeeds));
-  }
-  std::vector<uint64_t> seeds;
-  const char* p = env;
-  while (*p != '\0') {
-    char* end = nullptr;
-    const uint64_t lo = std::strtoull(p, &end, 10);
-    if (end == p) break;  // not a number: what was read so far
-    uint64_t hi = lo;
-    if (*end == '-') hi = std::strtoull(end + 1, &end, 10);
-    for (uint64_t s = lo; s <= hi; ++s) seeds.push_back(s);
-    p = *end == ',' ? end + 1 : end;
-  }
-  return seeds;
-}
-
-int OpsFromEnv(int fallback) {
-  const char* env = std::getenv("NVMW_MODEL_OPS");
-  return env != nullptr && *env != '\0' ? std::atoi(env) : fallback;
-}
-
-// splitmix64: a seed names one sequence whatever the standard library.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : s_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  uint64_t Uniform(uint64_t n) { return Next() % n; }
-  bool Percent(int p) { return static_cast<int>(Uniform(100)) < p; }
-
- private:
-  uint64_t s_;
-};
+using Rng = ::nvmw::testing::ModelRng;
 
 constexpr uint64_t kThreshold = 256;  // batch_threshold_bytes
 const char* const kFailKey = "__fail__";  // TestEngine::fail_key: IOError, never stored
@@ -466,7 +428,7 @@ class Run {
   std::string Value(Rng& rng, Client& cl) {
     // Sizes on both sides of the threshold, the threshold itself included.
     static constexpr size_t kEdges[] = {0, 1, kThreshold - 1, kThreshold, kThreshold + 1};
-    const size_t n = rng.Percent(20) ? kEdges[rng.Uniform(5)] : rng.Uniform(4 * kThreshold);
+    const size_t n = rng.Percent(20) ? kEdges[rng.Below(5)] : rng.Below(4 * kThreshold);
     std::string v(n, '\0');
     const uint64_t stamp = rng.Next();
     for (size_t i = 0; i < n; ++i) v[i] = static_cast<char>('a' + (stamp >> (i % 60)) % 26);
@@ -474,7 +436,7 @@ class Run {
     return v;
   }
   RequestClass Hint(Rng& rng) {
-    const uint64_t x = rng.Uniform(4);
+    const uint64_t x = rng.Below(4);
     return x == 0 ? RequestClass::kInteractive : x == 1 ? RequestClass::kBatch : RequestClass::kAuto;
   }
 
@@ -509,16 +471,16 @@ class Run {
 };
 
 void Run::OneRequest(Client& cl, Rng& rng) {
-  const uint64_t kind = rng.Uniform(100);
+  const uint64_t kind = rng.Below(100);
   if (kind < 10) {
     Group(cl, rng);
     return;
   }
   const bool fail_key = rng.Percent(3);
-  const int k = static_cast<int>(rng.Uniform(kKeys));
+  const int k = static_cast<int>(rng.Below(kKeys));
   const std::string key = fail_key ? kFailKey : KeyName(cl.index, k);
   if (!fail_key && !WaitIdle(cl, k)) return;
-  const OpType op = static_cast<OpType>(rng.Uniform(4));
+  const OpType op = static_cast<OpType>(rng.Below(4));
   const std::string value = op == OpType::kPut ? Value(rng, cl) : std::string();
   const RequestClass hint = Hint(rng);
   const int cls = Resolve(op, value.size(), hint);
@@ -593,14 +555,14 @@ void Run::OneRequest(Client& cl, Rng& rng) {
 }
 
 void Run::Group(Client& cl, Rng& rng) {
-  const size_t want = 2 + rng.Uniform(5);
+  const size_t want = 2 + rng.Below(5);
   std::vector<int> keys;  // client key index, or -1 for the failing key
   for (size_t tries = 0; keys.size() < want && tries < 3 * want; ++tries) {
     if (rng.Percent(5)) {
       if (std::find(keys.begin(), keys.end(), -1) == keys.end()) keys.push_back(-1);
       continue;
     }
-    const int k = static_cast<int>(rng.Uniform(kKeys));
+    const int k = static_cast<int>(rng.Below(kKeys));
     if (std::find(keys.begin(), keys.end(), k) != keys.end()) continue;
     {
       std::lock_guard<std::mutex> lock(cl.mu);
@@ -708,19 +670,19 @@ void Run::ControllerMain() {
     });
   }
   while (clients_done_.load() < clients_ && epoch + 2 < kMaxEpochs) {
-    const uint64_t pick = rng.Uniform(10);
+    const uint64_t pick = rng.Below(10);
     int next[2];
     int action = -1;
     if (pick < 4) {
-      action = static_cast<int>(rng.Uniform(kNumActions));
+      action = static_cast<int>(rng.Below(kNumActions));
       std::tie(next[0], next[1]) = ApplyAction(cur[0], cur[1], action, max);
     } else if (pick < 6) {
       next[0] = next[1] = 1;
     } else if (pick < 7) {
       next[0] = next[1] = max;
     } else {
-      next[0] = 1 + static_cast<int>(rng.Uniform(max));
-      next[1] = 1 + static_cast<int>(rng.Uniform(max));
+      next[0] = 1 + static_cast<int>(rng.Below(max));
+      next[1] = 1 + static_cast<int>(rng.Below(max));
     }
     for (int c = 0; c < 2; ++c) log_.bound[epoch + 1][c] = std::max(cur[c], next[c]);
     log_.epoch.store(++epoch, std::memory_order_release);
@@ -745,7 +707,7 @@ void Run::ControllerMain() {
     ++resizes_;
     // Paces the resizes so that requests run between them (not a synchronisation).
     if (rng.Percent(50)) {
-      std::this_thread::sleep_for(std::chrono::microseconds(rng.Uniform(kSanitized ? 2000 : 300)));
+      std::this_thread::sleep_for(std::chrono::microseconds(rng.Below(kSanitized ? 2000 : 300)));
     } else {
       std::this_thread::yield();
     }
@@ -796,9 +758,9 @@ RunTotals Run::Go() {
   options_.execution = config_.execution;
   options_.max_threads = kSanitized ? 4 : 6;
   options_.batch_threshold_bytes = kThreshold;
-  options_.no_control_max_inflight = 1 + static_cast<int>(rng.Uniform(3));
+  options_.no_control_max_inflight = 1 + static_cast<int>(rng.Below(3));
   // A small queue makes Overloaded refusals; a large one almost never.
-  options_.queue_capacity = rng.Percent(50) ? 1 + rng.Uniform(4) : 1 << 12;
+  options_.queue_capacity = rng.Percent(50) ? 1 + rng.Below(4) : 1 << 12;
   options_.spin_ns = rng.Percent(50) ? 0 : 20000;
   // One window for the whole run (GetStats then holds every request), or many.
   const bool one_window = rng.Percent(30);
@@ -808,17 +770,17 @@ RunTotals Run::Go() {
   // Operations that take a while keep more of them in the engine at once, and make
   // requests wait for permits.
   if (rng.Percent(30)) {
-    inner_.get_delay_ns.store(static_cast<int64_t>(rng.Uniform(20000)));
-    inner_.put_delay_ns.store(static_cast<int64_t>(rng.Uniform(50000)));
+    inner_.get_delay_ns.store(static_cast<int64_t>(rng.Below(20000)));
+    inner_.put_delay_ns.store(static_cast<int64_t>(rng.Below(50000)));
   }
   // Odd seeds call Stop while the clients run, at a random point.
-  stop_at_ = seed_ % 2 == 1 ? static_cast<int64_t>(rng.Uniform(clients_ * ops_)) : -1;
+  stop_at_ = seed_ % 2 == 1 ? static_cast<int64_t>(rng.Below(clients_ * ops_)) : -1;
   stopped_midway_ = stop_at_ >= 0;
   per_client_ids_ = static_cast<uint32_t>(ops_) * kIdsPerOp;
   const size_t max_requests = static_cast<size_t>(per_client_ids_) * clients_;
   records_.resize(max_requests);
-  const int start_i = 1 + static_cast<int>(rng.Uniform(options_.max_threads));
-  const int start_b = 1 + static_cast<int>(rng.Uniform(options_.max_threads));
+  const int start_i = 1 + static_cast<int>(rng.Below(options_.max_threads));
+  const int start_b = 1 + static_cast<int>(rng.Below(options_.max_threads));
   log_.bound[0] = {start_i, start_b};
   SCOPED_TRACE(std::string(!config_.control ? "no control"
                            : config_.execution == Execution::kHandOff ? "hand-off"
@@ -936,9 +898,9 @@ RunTotals Run::Go() {
 }
 
 void RunSeeds(Config config) {
-  const std::vector<uint64_t> seeds = SeedsFromEnv();
+  const std::vector<uint64_t> seeds = ::nvmw::testing::ModelSeeds(kDefaultSeeds);
   ASSERT_FALSE(seeds.empty()) << "NVMW_MODEL_SEEDS names no seed";
-  const int ops = OpsFromEnv(kSanitized ? 1500 : 6000);
+  const int ops = ::nvmw::testing::ModelOps(kSanitized ? 1500 : 6000);
   ASSERT_GT(ops, 0) << "NVMW_MODEL_OPS must be positive";
   RunTotals sum;
   int stops = 0;
