@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/pmem_engine_impl.h"
 #include "engine/pmem_layout.h"
 #include "engine_test_util.h"
 #include "model_test_util.h"
@@ -46,22 +47,10 @@ constexpr size_t kLiveBytesCap = 32 << 20;
 using Rng = ::nvmw::testing::ModelRng;
 
 
-// A key for messages: its first bytes escaped, and its length.
+// A key for messages: its first bytes escaped (as the engine escapes bytes in its own
+// messages), and its length.
 std::string Show(std::string_view key) {
-  static const char* kHex = "0123456789abcdef";
-  std::string out = "\"";
-  for (size_t i = 0; i < key.size() && i < 24; ++i) {
-    const unsigned char c = static_cast<unsigned char>(key[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '"') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out += "\\x";
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-    }
-  }
-  out += key.size() > 24 ? "...\"" : "\"";
-  return out + " (" + std::to_string(key.size()) + " B)";
+  return "\"" + pmem_internal::Printable(key, 24) + "\" (" + std::to_string(key.size()) + " B)";
 }
 
 // How `got` differs from `want`, without printing values of hundreds of KB.
